@@ -1,0 +1,50 @@
+# gpuaas — build, test, demo. `make demo` and `make test` are the first two commands.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS := -X github.com/gpuaas/gpuaas/internal/buildinfo.Version=$(VERSION) -X github.com/gpuaas/gpuaas/internal/buildinfo.Commit=$(COMMIT)
+BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
+# Packages with concurrency worth the race detector; the rest run without it to keep CI fast.
+RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/...
+TEST_FLAGS ?= -count=1 -timeout 20m
+
+.PHONY: all build test test-race test-rest demo bench lint completions deps clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	@echo "built: $(addprefix bin/,$(BINARIES))"
+
+# deps checks (and, as root, installs) what tests and the demo need from Debian.
+deps:
+	@bash .ci/deps
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver)(/|$$)')
+
+demo: deps build
+	$(GO) run ./internal/demo --bin bin
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+
+completions: build
+	@mkdir -p completions
+	bin/gpuaasctl completion bash > completions/gpuaasctl.bash
+	bin/gpuaasctl completion zsh > completions/_gpuaasctl
+	bin/gpuaasctl completion fish > completions/gpuaasctl.fish
+	@echo "wrote completions/"
+
+clean:
+	rm -rf bin

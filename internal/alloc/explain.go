@@ -1,0 +1,174 @@
+package alloc
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/sched"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Explain answers a placement dry run: what would be chosen and why, or why nothing fits.
+// It reserves nothing.
+func (s *Service) Explain(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
+	var out apiv1.PlacementExplain
+	r, err := s.resolveRequest(ctx, nil, actor, req.SKU, req.GPUs, req.Region)
+	if err != nil {
+		return explainError(err)
+	}
+	if r.sku.CapacityShape == "baremetal" {
+		cands, err := s.st.BaremetalCandidates(ctx, s.query(r))
+		if err != nil {
+			return out, err
+		}
+		nodes := make([]sched.BaremetalNode, 0, len(cands))
+		for _, c := range cands {
+			nodes = append(nodes, sched.BaremetalNode{ID: c.NodeID, Name: c.NodeName, ApprovedSlots: c.ApprovedSlots})
+		}
+		for i, n := range sched.RankBaremetal(nodes) {
+			if i == 5 {
+				break
+			}
+			reason := "whole node, no slice slots approved"
+			if n.ApprovedSlots > 0 {
+				reason = "whole node (slice-capable; ranked after baremetal-only nodes)"
+			}
+			out.Choices = append(out.Choices, apiv1.PlacementChoice{NodeID: n.ID, NodeName: n.Name, Reason: reason})
+		}
+		out.Feasible = len(out.Choices) > 0
+		if !out.Feasible {
+			out.Reason, out.Message = apiv1.ReasonNoCapacity, "no free "+r.sku.SKU+" node"
+		} else {
+			out.Message = "would take node " + out.Choices[0].NodeName
+		}
+		return out, nil
+	}
+	if _, err := s.st.ResolveSliceImage(ctx, r.sku.SKU, ""); errors.Is(err, store.ErrNotFound) {
+		return explainError(unavailable(apiv1.ReasonNoImage, "no active vm_slice image with a digest is compatible with "+r.sku.SKU, nil))
+	} else if err != nil {
+		return out, err
+	}
+	cands, err := s.st.SliceCandidates(ctx, s.query(r))
+	if err != nil {
+		return out, err
+	}
+	topo, err := s.st.NodeTopologies(ctx, nodeIDs(cands))
+	if err != nil {
+		return out, err
+	}
+	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
+	if len(outcome.Choices) == 0 {
+		return explainError(s.diagnose(ctx, r, outcome))
+	}
+	out.Feasible = true
+	out.Message = sched.Explain(outcome)
+	out.Details = map[string]any{"policy": string(r.policy), "free_slots": len(cands)}
+	for i, c := range outcome.Choices {
+		if i == 5 {
+			break
+		}
+		out.Choices = append(out.Choices, apiv1.PlacementChoice{NodeID: c.NodeID, NodeName: c.NodeName,
+			SlotIndexes: c.SlotIndexes, NUMANodes: c.NUMANodes, Reason: c.Reason})
+	}
+	return out, nil
+}
+
+// explainError turns sku_unavailable into an infeasible answer; other errors stay errors.
+func explainError(err error) (apiv1.PlacementExplain, error) {
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.Code == apiv1.CodeSKUUnavailable {
+		reason, _ := ae.Details["reason"].(string)
+		return apiv1.PlacementExplain{Feasible: false, Reason: reason, Message: ae.Message, Details: ae.Details}, nil
+	}
+	return apiv1.PlacementExplain{}, err
+}
+
+// Capacity reports, per SKU, raw free slots and how many allocations of each allowed size
+// could be placed at once (topology-safe capacity), by simulating placements with the real
+// ranking on the current candidates.
+func (s *Service) Capacity(ctx context.Context, actor Actor, skuFilter, region string) ([]apiv1.Capacity, error) {
+	skus, err := s.st.ListSKUs(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	out := []apiv1.Capacity{}
+	for _, sku := range skus {
+		if skuFilter != "" && sku.SKU != skuFilter {
+			continue
+		}
+		r := request{sku: sku, region: region, tenant: actor.TenantID}
+		c := apiv1.Capacity{SKU: sku.SKU, Region: region, CapacityShape: sku.CapacityShape, Launchable: map[string]int{}}
+		if c.Region == "" {
+			c.Region = "*"
+		}
+		if sku.CapacityShape == "baremetal" {
+			cands, err := s.st.BaremetalCandidates(ctx, s.query(r))
+			if err != nil {
+				return nil, err
+			}
+			c.FreeNodes = len(cands)
+			for _, n := range sku.AllowedGPUCounts {
+				c.Launchable[strconv.Itoa(n)] = len(cands)
+			}
+			out = append(out, c)
+			continue
+		}
+		cands, err := s.st.SliceCandidates(ctx, s.query(r))
+		if err != nil {
+			return nil, err
+		}
+		topo, err := s.st.NodeTopologies(ctx, nodeIDs(cands))
+		if err != nil {
+			return nil, err
+		}
+		b, err := s.st.SliceBlockers(ctx, s.query(r))
+		if err != nil {
+			return nil, err
+		}
+		c.RawFreeSlots = len(cands)
+		c.BlockedByPolicy = b.FabricPolicy + b.StoragePolicy
+		if _, err := s.st.ResolveSliceImage(ctx, sku.SKU, ""); err == nil {
+			for _, n := range sku.AllowedGPUCounts {
+				c.Launchable[strconv.Itoa(n)] = simulate(buildNodes(cands, topo), n, policyFor(sku, n))
+			}
+		} else {
+			for _, n := range sku.AllowedGPUCounts {
+				c.Launchable[strconv.Itoa(n)] = 0 // nothing bootable: no viable image
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// simulate counts how many n-GPU placements fit at once, placing greedily with the real ranking.
+func simulate(nodes []sched.Node, n int, policy sched.Policy) int {
+	count := 0
+	for {
+		o := sched.PlaceSlice(sched.Request{GPUs: n, Policy: policy}, nodes)
+		if len(o.Choices) == 0 {
+			return count
+		}
+		count++
+		best := o.Choices[0]
+		taken := map[string]bool{}
+		for _, id := range best.SlotIDs {
+			taken[id] = true
+		}
+		for i := range nodes {
+			if nodes[i].ID != best.NodeID {
+				continue
+			}
+			kept := nodes[i].FreeSlots[:0:0]
+			for _, sl := range nodes[i].FreeSlots {
+				if !taken[sl.ID] {
+					kept = append(kept, sl)
+				}
+			}
+			nodes[i].FreeSlots = kept
+			nodes[i].ClaimedSlots += len(best.SlotIDs)
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package alloc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+func validateSSHKeys(keys []string) error {
+	if len(keys) > 16 {
+		return invalid("at most 16 SSH public keys")
+	}
+	for i, k := range keys {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil {
+			return invalid("ssh_public_keys[%d] is not an OpenSSH public key: %v", i, err)
+		}
+		if strings.ContainsAny(k, "\n\r") {
+			return invalid("ssh_public_keys[%d] must be a single line", i)
+		}
+	}
+	return nil
+}
+
+// tenantScope is the tenant filter for reads: admins see everything.
+func tenantScope(a Actor) string {
+	if a.isAdmin() {
+		return ""
+	}
+	return a.TenantID
+}
+
+// Get returns one allocation as the actor may see it.
+func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Allocation, error) {
+	if !isUUID(id) {
+		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
+	}
+	rec, err := s.st.GetAllocation(ctx, id, tenantScope(actor))
+	if errors.Is(err, store.ErrNotFound) {
+		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
+	}
+	if err != nil {
+		return apiv1.Allocation{}, err
+	}
+	return s.present(actor, rec), nil
+}
+
+// List returns the actor's allocations (all for admins).
+func (s *Service) List(ctx context.Context, actor Actor, status string) ([]apiv1.Allocation, error) {
+	if status != "" {
+		if _, ok := AllocationTransitions[status]; !ok && status != AllocReleased {
+			return nil, invalid("unknown status %q", status)
+		}
+	}
+	recs, err := s.st.ListAllocations(ctx, store.AllocationFilter{TenantID: tenantScope(actor), Status: status})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]apiv1.Allocation, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, s.present(actor, r))
+	}
+	return out, nil
+}
+
+// present turns a record into the API view: placement internals only for admins.
+func (s *Service) present(actor Actor, rec store.AllocationRecord) apiv1.Allocation {
+	a := rec.Allocation
+	_ = json.Unmarshal(rec.ResolvedProfile, &a.Profile)
+	_ = json.Unmarshal(rec.PriceSnapshot, &a.Price)
+	var img apiv1.ImageRef
+	if json.Unmarshal(rec.ImageSnapshot, &img) == nil && img.ID != "" {
+		a.Image = &img
+	}
+	a.Cost = Cost(a.Price, a.ActiveAt, a.ReleasingAt, s.cfg.Now())
+	if !actor.isAdmin() {
+		a.NodeID, a.NodeName = "", ""
+		for i := range a.Claims {
+			c := &a.Claims[i]
+			// Tenants see their VM's addresses but not host PCI/NVMe identities.
+			a.Claims[i] = apiv1.Claim{ID: c.ID, Kind: c.Kind, Status: c.Status, SlotIndex: c.SlotIndex,
+				MACAddress: c.MACAddress, PrivateIP: c.PrivateIP, CreatedAt: c.CreatedAt}
+		}
+	}
+	return a
+}
+
+// Cost computes accrued usage from active_at until release was requested (or now), rounded
+// to the nearest minor unit. Billing starts when the allocation is usable.
+func Cost(p apiv1.Price, activeAt, releasingAt *time.Time, now time.Time) apiv1.Cost {
+	c := apiv1.Cost{Currency: p.Currency}
+	if activeAt == nil {
+		return c
+	}
+	end := now
+	if releasingAt != nil {
+		end = *releasingAt
+	}
+	secs := int64(end.Sub(*activeAt) / time.Second)
+	if secs < 0 {
+		secs = 0
+	}
+	c.BilledSeconds = secs
+	c.AccruedMinor = (p.GPUHourlyPriceMinor*int64(p.GPUs)*secs + 1800) / 3600
+	return c
+}
+
+// Release starts releasing an allocation. A reservation that never reached provisioning is
+// finished at once (no device or disk was touched, so its slots return to available);
+// otherwise the allocation and its slots move to releasing and the host is asked to tear
+// down and wipe (outbox allocation.release_requested). Releasing twice is a no-op.
+func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Allocation, error) {
+	if !isUUID(id) {
+		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
+	}
+	now := s.cfg.Now()
+	err := s.st.InTx(ctx, func(tx *store.Tx) error {
+		rec, err := tx.GetAllocationForUpdate(ctx, id, tenantScope(actor))
+		if errors.Is(err, store.ErrNotFound) {
+			return &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
+		}
+		if err != nil {
+			return err
+		}
+		switch rec.Status {
+		case AllocReleasing, AllocReleased:
+			return nil
+		case AllocRequested:
+			if err := tx.SetAllocationStatus(ctx, id, AllocReleasing, "", now); err != nil {
+				return err
+			}
+			for _, c := range rec.Claims {
+				if c.SlotID != "" {
+					if err := tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil); err != nil {
+						return err
+					}
+				}
+			}
+			if err := tx.SetClaimsStatus(ctx, id, "released", now); err != nil {
+				return err
+			}
+			if err := tx.SetAllocationStatus(ctx, id, AllocReleased, "", now); err != nil {
+				return err
+			}
+			if err := tx.QueueOutbox(ctx, "allocation.released", id, rec.NodeID, map[string]any{"allocation_id": id, "cancelled_before_provisioning": true}); err != nil {
+				return err
+			}
+		default: // provisioning, active, failed
+			if err := s.beginRelease(ctx, tx, rec, now); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(ctx, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
+	})
+	if err != nil {
+		return apiv1.Allocation{}, err
+	}
+	return s.Get(ctx, actor, id)
+}
+
+func (s *Service) beginRelease(ctx context.Context, tx *store.Tx, rec store.AllocationRecord, now time.Time) error {
+	if err := tx.SetAllocationStatus(ctx, rec.ID, AllocReleasing, "", now); err != nil {
+		return err
+	}
+	for _, c := range rec.Claims {
+		if c.SlotID == "" || c.Status == "released" {
+			continue
+		}
+		// A slot already marked failed stays failed (it goes to cleanup with the rest); the
+		// savepoint keeps the refused transition from aborting the transaction.
+		if err := tx.Savepoint(ctx, func(sp *store.Tx) error {
+			return sp.SetSlotStatus(ctx, c.SlotID, SlotReleasing, "", nil)
+		}); err != nil {
+			if !errors.Is(err, store.ErrInvalid) {
+				return err
+			}
+		}
+	}
+	// claims keep holding their slots (releasing) until wipe proof arrives
+	if err := tx.SetClaimsStatus(ctx, rec.ID, "releasing", now); err != nil {
+		return err
+	}
+	return tx.QueueOutbox(ctx, "allocation.release_requested", rec.ID, rec.NodeID, map[string]any{"allocation_id": rec.ID})
+}
+
+// transition moves an allocation, its live claims and its slots together.
+func (s *Service) transition(ctx context.Context, id, from, to, slotTo, reason string) error {
+	now := s.cfg.Now()
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		rec, err := tx.GetAllocationForUpdate(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if rec.Status == to {
+			return nil // idempotent: a repeated result changes nothing
+		}
+		if rec.Status != from || !CanTransition(AllocationTransitions, from, to) {
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not %s", id, rec.Status, from)}
+		}
+		if err := tx.SetAllocationStatus(ctx, id, to, reason, now); err != nil {
+			return err
+		}
+		claimTo := to
+		if to == AllocFailed {
+			claimTo = "failed"
+		}
+		for _, c := range rec.Claims {
+			if c.SlotID != "" && slotTo != "" {
+				if err := tx.SetSlotStatus(ctx, c.SlotID, slotTo, reason, nil); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.SetClaimsStatus(ctx, id, claimTo, now); err != nil {
+			return err
+		}
+		return tx.QueueOutbox(ctx, "allocation."+to, id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason})
+	})
+}
+
+// MarkProvisioning records that the host started provisioning.
+func (s *Service) MarkProvisioning(ctx context.Context, id string) error {
+	return s.transition(ctx, id, AllocRequested, AllocProvisioning, SlotProvisioning, "")
+}
+
+// MarkActive records a passed readiness gate; billing starts here.
+func (s *Service) MarkActive(ctx context.Context, id string) error {
+	return s.transition(ctx, id, AllocProvisioning, AllocActive, SlotActive, "")
+}
+
+// MarkFailed records a provisioning failure. Slots whose devices may have been touched go to
+// failed (they need cleanup with a verified wipe before reuse); claims are closed.
+func (s *Service) MarkFailed(ctx context.Context, id, reason string) error {
+	if reason == "" {
+		return invalid("a failure needs a reason")
+	}
+	now := s.cfg.Now()
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		rec, err := tx.GetAllocationForUpdate(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if rec.Status == AllocFailed {
+			return nil
+		}
+		if !CanTransition(AllocationTransitions, rec.Status, AllocFailed) {
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s and cannot fail", id, rec.Status)}
+		}
+		if err := tx.SetAllocationStatus(ctx, id, AllocFailed, reason, now); err != nil {
+			return err
+		}
+		for _, c := range rec.Claims {
+			if c.SlotID == "" {
+				continue
+			}
+			to := SlotFailed
+			if rec.Status == AllocRequested {
+				to = SlotAvailable // never provisioned: nothing touched
+			} else if cur := c.Status; cur == "releasing" {
+				to = SlotCleanupBlocked
+			}
+			if err := tx.SetSlotStatus(ctx, c.SlotID, to, reason, nil); err != nil {
+				return err
+			}
+		}
+		if err := tx.SetClaimsStatus(ctx, id, "failed", now); err != nil {
+			return err
+		}
+		return tx.QueueOutbox(ctx, "allocation.failed", id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason})
+	})
+}
+
+// WipeProof is the host's evidence that a slot's disk was erased and read back clean.
+type WipeProof struct {
+	Verified bool   `json:"verified"`
+	Method   string `json:"method"`
+	Evidence string `json:"evidence"`
+	Error    string `json:"error,omitempty"`
+}
+
+// CompleteRelease finishes a release: each slot with verified wipe proof returns to
+// available (through cleanup); a slot without it is cleanup_blocked, alone. The allocation
+// is released and its claims closed either way: the tenant's lease has ended.
+func (s *Service) CompleteRelease(ctx context.Context, id string, proofs map[string]WipeProof) error {
+	now := s.cfg.Now()
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		rec, err := tx.GetAllocationForUpdate(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if rec.Status == AllocReleased {
+			return nil
+		}
+		if rec.Status != AllocReleasing {
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not releasing", id, rec.Status)}
+		}
+		for _, c := range rec.Claims {
+			if c.SlotID == "" {
+				continue
+			}
+			p, ok := proofs[c.SlotID]
+			wipe := map[string]any{"last_wipe": map[string]any{"verified": ok && p.Verified, "method": p.Method,
+				"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": id}}
+			if err := tx.SetSlotStatus(ctx, c.SlotID, SlotCleanup, "", wipe); err != nil {
+				return err
+			}
+			if ok && p.Verified {
+				err = tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil)
+			} else {
+				reason := "wipe not verified"
+				if p.Error != "" {
+					reason += ": " + p.Error
+				}
+				err = tx.SetSlotStatus(ctx, c.SlotID, SlotCleanupBlocked, reason, nil)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if err := tx.SetClaimsStatus(ctx, id, "released", now); err != nil {
+			return err
+		}
+		if err := tx.SetAllocationStatus(ctx, id, AllocReleased, "", now); err != nil {
+			return err
+		}
+		return tx.QueueOutbox(ctx, "allocation.released", id, rec.NodeID, map[string]any{"allocation_id": id})
+	})
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+				return false
+			}
+		}
+	}
+	return true
+}

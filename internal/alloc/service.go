@@ -1,0 +1,406 @@
+package alloc
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/sched"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Config tunes the service.
+type Config struct {
+	// HeartbeatMaxAge excludes nodes whose agent has been silent longer; 0 disables the check.
+	HeartbeatMaxAge time.Duration
+	// MaxAttempts bounds how many ranked choices a reservation tries when it loses lock races.
+	MaxAttempts int
+	Now         func() time.Time
+}
+
+// Service runs placement and lifecycle transitions.
+type Service struct {
+	st  *store.Store
+	cfg Config
+}
+
+// New returns a Service.
+func New(st *store.Store, cfg Config) *Service {
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{st: st, cfg: cfg}
+}
+
+// Actor is who asks.
+type Actor struct {
+	TokenID   string
+	Name      string
+	Role      string // admin | tenant
+	TenantID  string
+	RequestID string
+}
+
+func (a Actor) isAdmin() bool { return a.Role == "admin" }
+
+func (a Actor) audit(action, kind, id string, details any) store.AuditRecord {
+	return store.AuditRecord{Actor: a.Name + " (" + a.TokenID + ")", ActorRole: a.Role, TenantID: a.TenantID,
+		Action: action, TargetKind: kind, TargetID: id, RequestID: a.RequestID, Details: details}
+}
+
+func invalid(format string, args ...any) *apiv1.Error {
+	return &apiv1.Error{Code: apiv1.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func unavailable(reason, msg string, details map[string]any) *apiv1.Error {
+	if details == nil {
+		details = map[string]any{}
+	}
+	details["reason"] = reason
+	return &apiv1.Error{Code: apiv1.CodeSKUUnavailable, Message: msg, Details: details}
+}
+
+// request is a validated placement request.
+type request struct {
+	sku    apiv1.SKU
+	gpus   int
+	region string
+	tenant string
+	policy sched.Policy
+}
+
+func (s *Service) query(r request) store.PlacementQuery {
+	return store.PlacementQuery{SKU: r.sku.SKU, Region: r.region, TenantID: r.tenant, HeartbeatMaxAge: s.cfg.HeartbeatMaxAge}
+}
+
+// validate checks the SKU and count (count_not_allowed is a sku_unavailable reason, per seed 000).
+func validateRequest(sku apiv1.SKU, gpus int) error {
+	if gpus <= 0 {
+		return invalid("gpus must be a positive integer")
+	}
+	if !sku.Active {
+		return unavailable(apiv1.ReasonSKUInactive, fmt.Sprintf("SKU %s is not active", sku.SKU), nil)
+	}
+	if !slices.Contains(sku.AllowedGPUCounts, gpus) {
+		return unavailable(apiv1.ReasonCountNotAllowed,
+			fmt.Sprintf("SKU %s allows %v GPUs, not %d", sku.SKU, sku.AllowedGPUCounts, gpus),
+			map[string]any{"allowed_gpu_counts": sku.AllowedGPUCounts, "requested": gpus})
+	}
+	return nil
+}
+
+func policyFor(sku apiv1.SKU, gpus int) sched.Policy {
+	rp, err := parseResourceProfile(sku.ResourceProfile)
+	if err == nil {
+		if p, ok := rp.TopologyPolicy[strconv.Itoa(gpus)]; ok {
+			return sched.Policy(p)
+		}
+	}
+	return sched.DefaultPolicy(gpus)
+}
+
+// buildNodes groups candidate slots by node and adds each node's topology.
+func buildNodes(cands []store.CandidateSlot, topo map[string]store.NodeTopology) []sched.Node {
+	var nodes []sched.Node
+	idx := map[string]int{}
+	for _, c := range cands {
+		i, ok := idx[c.NodeID]
+		if !ok {
+			t := topo[c.NodeID]
+			nodes = append(nodes, sched.Node{ID: c.NodeID, Name: c.NodeName, GroupSize: t.GroupSize,
+				ApprovedSlots: t.ApprovedSlots, ClaimedSlots: t.ClaimedSlots})
+			i = len(nodes) - 1
+			idx[c.NodeID] = i
+		}
+		nodes[i].FreeSlots = append(nodes[i].FreeSlots, sched.Slot{ID: c.SlotID, SlotIndex: c.SlotIndex, NUMANode: c.NUMANode})
+	}
+	return nodes
+}
+
+func nodeIDs(cands []store.CandidateSlot) []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, c := range cands {
+		if !seen[c.NodeID] {
+			seen[c.NodeID] = true
+			ids = append(ids, c.NodeID)
+		}
+	}
+	return ids
+}
+
+// diagnose turns an empty slice outcome into sku_unavailable with the most useful reason.
+func (s *Service) diagnose(ctx context.Context, r request, out sched.Outcome) error {
+	details := map[string]any{"requested_gpus": r.gpus, "free_slots": out.FreeSlots,
+		"max_node_free": out.MaxNodeFree, "max_group_free": out.MaxGroupFree}
+	if out.Reason == "topology_fragmented" {
+		return unavailable(apiv1.ReasonTopologyFragmented, out.Message, details)
+	}
+	b, err := s.st.SliceBlockers(ctx, s.query(r))
+	if err != nil {
+		return err
+	}
+	details["blocked_by_fabric_policy"] = b.FabricPolicy
+	details["blocked_by_storage_policy"] = b.StoragePolicy
+	details["on_draining_nodes"] = b.OnDrainingNodes
+	switch {
+	case b.FabricPolicy > 0 && out.FreeSlots+b.FabricPolicy >= r.gpus:
+		return unavailable(apiv1.ReasonFabricPolicyBlocked, fmt.Sprintf(
+			"%d free slots of %s are excluded by fabric policy (need fabric_claim_mode=per_slot_vf and a unique fabric VF each)",
+			b.FabricPolicy, r.sku.SKU), details)
+	case b.MaxDrainingNode > 0 && out.FreeSlots+b.OnDrainingNodes >= r.gpus:
+		return unavailable(apiv1.ReasonNodeDraining, fmt.Sprintf(
+			"%d free slots are on draining nodes, which take no new placements", b.OnDrainingNodes), details)
+	}
+	msg := fmt.Sprintf("no capacity for %d GPUs of %s", r.gpus, r.sku.SKU)
+	if r.region != "" {
+		msg += " in region " + r.region
+	}
+	if out.FreeSlots > 0 {
+		msg += fmt.Sprintf(" (%d schedulable slots free)", out.FreeSlots)
+	}
+	return unavailable(apiv1.ReasonNoCapacity, msg, details)
+}
+
+func (s *Service) resolveRequest(ctx context.Context, tx *store.Tx, actor Actor, skuName string, gpus int, region string) (request, error) {
+	if skuName == "" {
+		return request{}, invalid("sku is required")
+	}
+	var sku apiv1.SKU
+	var err error
+	if tx != nil {
+		sku, err = tx.GetSKU(ctx, skuName)
+	} else {
+		sku, err = s.st.GetSKU(ctx, skuName)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return request{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: fmt.Sprintf("unknown SKU %q", skuName)}
+	}
+	if err != nil {
+		return request{}, err
+	}
+	if err := validateRequest(sku, gpus); err != nil {
+		return request{}, err
+	}
+	return request{sku: sku, gpus: gpus, region: region, tenant: actor.TenantID, policy: policyFor(sku, gpus)}, nil
+}
+
+func requestHash(req apiv1.AllocationCreate) string {
+	b, _ := json.Marshal(req)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Create places and reserves an allocation in one transaction. replayed is true when the
+// idempotency key matched an earlier identical request, whose allocation is returned.
+func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationCreate, idemKey string) (out apiv1.Allocation, replayed bool, err error) {
+	if actor.isAdmin() {
+		if req.TenantID == "" {
+			return out, false, invalid("admins must name tenant_id when creating an allocation")
+		}
+		actor.TenantID = req.TenantID
+	} else {
+		if req.TenantID != "" && req.TenantID != actor.TenantID {
+			return out, false, &apiv1.Error{Code: apiv1.CodeForbidden, Message: "tenants create allocations only for themselves"}
+		}
+		if req.Profile != "" {
+			return out, false, &apiv1.Error{Code: apiv1.CodeForbidden, Message: "profile overrides are admin-only"}
+		}
+		req.TenantID = actor.TenantID
+	}
+	if len(idemKey) > 128 {
+		return out, false, invalid("Idempotency-Key is longer than 128 characters")
+	}
+	if err := validateSSHKeys(req.SSHPublicKeys); err != nil {
+		return out, false, err
+	}
+	hash := requestHash(req)
+	var allocID string
+	err = s.st.InTx(ctx, func(tx *store.Tx) error {
+		if idemKey != "" {
+			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
+			switch {
+			case err == nil && h == hash:
+				allocID, replayed = id, true
+				return nil
+			case err == nil:
+				return &apiv1.Error{Code: apiv1.CodeIdempotencyReused,
+					Message: "Idempotency-Key was already used with a different request", Details: map[string]any{"allocation_id": id}}
+			case !errors.Is(err, store.ErrNotFound):
+				return err
+			}
+		}
+		r, err := s.resolveRequest(ctx, tx, actor, req.SKU, req.GPUs, req.Region)
+		if err != nil {
+			return err
+		}
+		allocID, err = s.reserve(ctx, tx, actor, r, req, idemKey, hash)
+		return err
+	})
+	if err != nil {
+		// Two requests racing with one idempotency key: the loser replays the winner.
+		if idemKey != "" && isIdempotencyConflict(err) {
+			return s.Create(ctx, actor, req, idemKey)
+		}
+		return out, false, err
+	}
+	out, err = s.Get(ctx, actor, allocID)
+	return out, replayed, err
+}
+
+func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, idemKey, hash string) (string, error) {
+	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
+	if err != nil {
+		return "", invalid("%v", err)
+	}
+	price := apiv1.Price{GPUHourlyPriceMinor: r.sku.GPUHourlyPriceMinor, Currency: r.sku.Currency, GPUs: r.gpus, CapacityShape: r.sku.CapacityShape}
+	na := store.NewAllocation{TenantID: actor.TenantID, SKU: r.sku.SKU, CapacityShape: r.sku.CapacityShape, GPUs: r.gpus,
+		Region: r.region, ProfileName: profile.Name, ResolvedProfile: profile, PriceSnapshot: price,
+		SSHPublicKeys: req.SSHPublicKeys, IdempotencyKey: idemKey, RequestHash: hash}
+	if r.sku.CapacityShape == "baremetal" {
+		if req.Image != "" {
+			return "", invalid("baremetal images are MAAS deploy images chosen at deploy time; --image applies to slices")
+		}
+		return s.reserveBaremetal(ctx, tx, actor, r, na)
+	}
+	img, err := tx.ResolveSliceImage(ctx, r.sku.SKU, req.Image)
+	if errors.Is(err, store.ErrNotFound) {
+		msg := "no active vm_slice image with a digest is compatible with " + r.sku.SKU
+		if req.Image != "" {
+			msg = fmt.Sprintf("image %q is not an active, digest-pinned vm_slice image compatible with %s", req.Image, r.sku.SKU)
+		}
+		return "", unavailable(apiv1.ReasonNoImage, msg, nil)
+	}
+	if err != nil {
+		return "", err
+	}
+	na.OSImageID, na.ImageSnapshot = img.ID, img
+
+	cands, err := tx.SliceCandidates(ctx, s.query(r))
+	if err != nil {
+		return "", err
+	}
+	topo, err := tx.NodeTopologies(ctx, nodeIDs(cands))
+	if err != nil {
+		return "", err
+	}
+	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
+	if len(outcome.Choices) == 0 {
+		return "", s.diagnose(ctx, r, outcome)
+	}
+	lost := 0
+	for i, ch := range outcome.Choices {
+		if i >= s.cfg.MaxAttempts {
+			break
+		}
+		var id string
+		err := tx.Savepoint(ctx, func(sp *store.Tx) error {
+			locked, err := sp.LockAvailableSlots(ctx, ch.SlotIDs)
+			if err != nil {
+				return err
+			}
+			if len(locked) != len(ch.SlotIDs) {
+				return errLostRace
+			}
+			claims := make([]store.NewClaim, 0, len(locked))
+			for _, l := range locked {
+				claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
+			}
+			na.NodeID = ch.NodeID
+			na.UsageSnapshot = usage(r, price, ch.NodeID, ch.SlotIDs)
+			id, err = sp.InsertAllocation(ctx, na, claims)
+			if err != nil {
+				return err
+			}
+			return sp.Audit(ctx, actor.audit("allocation.create", "allocation", id, map[string]any{
+				"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": ch.SlotIndexes, "image": img.Slug, "profile": profile.Name}))
+		})
+		if err == nil {
+			return id, nil
+		}
+		// A lost lock race or a claim constraint hit by a concurrent scheduler: try the next choice.
+		if errors.Is(err, errLostRace) || (errors.Is(err, store.ErrConflict) && !isIdempotencyConflict(err)) {
+			lost++
+			continue
+		}
+		return "", err
+	}
+	return "", unavailable(apiv1.ReasonNoCapacity, fmt.Sprintf(
+		"all %d ranked placements were taken by concurrent requests; retry", lost), map[string]any{"retryable": true})
+}
+
+var errLostRace = errors.New("lost slot lock race")
+
+func usage(r request, price apiv1.Price, nodeID string, slotIDs []string) map[string]any {
+	return map[string]any{"sku": r.sku.SKU, "capacity_shape": r.sku.CapacityShape, "gpus": r.gpus, "node_id": nodeID,
+		"slot_ids": slotIDs, "slot_count": len(slotIDs), "gpu_hourly_price_minor": price.GPUHourlyPriceMinor, "currency": price.Currency}
+}
+
+func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Actor, r request, na store.NewAllocation) (string, error) {
+	q := s.query(r)
+	cands, err := tx.BaremetalCandidates(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	nodes := make([]sched.BaremetalNode, 0, len(cands))
+	for _, c := range cands {
+		nodes = append(nodes, sched.BaremetalNode{ID: c.NodeID, Name: c.NodeName, ApprovedSlots: c.ApprovedSlots})
+	}
+	for i, n := range sched.RankBaremetal(nodes) {
+		if i >= s.cfg.MaxAttempts {
+			break
+		}
+		var id string
+		err := tx.Savepoint(ctx, func(sp *store.Tx) error {
+			ok, err := sp.LockNodeForBaremetal(ctx, q, n.ID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errLostRace
+			}
+			na.NodeID = n.ID
+			na.UsageSnapshot = usage(r, apiv1.Price{GPUHourlyPriceMinor: r.sku.GPUHourlyPriceMinor, Currency: r.sku.Currency}, n.ID, nil)
+			id, err = sp.InsertAllocation(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID,
+				Snapshot: map[string]any{"node_id": n.ID, "node_name": n.Name, "gpus": r.gpus}}})
+			if err != nil {
+				return err
+			}
+			return sp.Audit(ctx, actor.audit("allocation.create", "allocation", id, map[string]any{
+				"sku": r.sku.SKU, "gpus": r.gpus, "node": n.Name, "capacity_shape": "baremetal"}))
+		})
+		if err == nil {
+			return id, nil
+		}
+		if errors.Is(err, errLostRace) || (errors.Is(err, store.ErrConflict) && !isIdempotencyConflict(err)) {
+			continue
+		}
+		return "", err
+	}
+	drain, err := s.st.BaremetalDraining(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	if len(cands) == 0 && drain > 0 {
+		return "", unavailable(apiv1.ReasonNodeDraining, fmt.Sprintf("%d matching nodes are draining", drain), map[string]any{"draining_nodes": drain})
+	}
+	return "", unavailable(apiv1.ReasonNoCapacity, fmt.Sprintf("no free %s node (nodes with live or uncleaned slice claims are not free)", r.sku.SKU), nil)
+}
+
+func isIdempotencyConflict(err error) bool {
+	var dbe *store.DBError
+	return errors.As(err, &dbe) && dbe.Constraint == "allocations_tenant_id_idempotency_key_key"
+}
+
+// HeartbeatMaxAge is the configured agent freshness bound (0 = not enforced).
+func (s *Service) HeartbeatMaxAge() time.Duration { return s.cfg.HeartbeatMaxAge }

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+const maxBodyBytes = 1 << 20
+
+func apiErr(code, msg string, details map[string]any) *apiv1.Error {
+	return &apiv1.Error{Code: code, Message: msg, Details: details}
+}
+
+func errInvalid(format string, args ...any) *apiv1.Error {
+	return apiErr(apiv1.CodeInvalidRequest, fmt.Sprintf(format, args...), nil)
+}
+func errNotFound(msg string) *apiv1.Error  { return apiErr(apiv1.CodeNotFound, msg, nil) }
+func errForbidden(msg string) *apiv1.Error { return apiErr(apiv1.CodeForbidden, msg, nil) }
+
+func statusFor(code string) int {
+	switch code {
+	case apiv1.CodeInvalidRequest:
+		return http.StatusBadRequest
+	case apiv1.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case apiv1.CodeForbidden:
+		return http.StatusForbidden
+	case apiv1.CodeNotFound:
+		return http.StatusNotFound
+	case apiv1.CodeConflict, apiv1.CodeIdempotencyReused:
+		return http.StatusConflict
+	case apiv1.CodeSKUUnavailable:
+		return http.StatusConflict
+	case apiv1.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case apiv1.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// toAPIError maps any error to the wire form. Internal details never leak to clients.
+func toAPIError(err error) *apiv1.Error {
+	var ae *apiv1.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var dbe *store.DBError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errNotFound("not found")
+	case errors.As(err, &dbe) && errors.Is(err, store.ErrConflict):
+		return apiErr(apiv1.CodeConflict, dbe.Detail, map[string]any{"constraint": dbe.Constraint})
+	case errors.As(err, &dbe) && errors.Is(err, store.ErrInvalid):
+		return apiErr(apiv1.CodeInvalidRequest, dbe.Detail, map[string]any{"constraint": dbe.Constraint})
+	case errors.Is(err, store.ErrConflict):
+		return apiErr(apiv1.CodeConflict, err.Error(), nil)
+	case errors.Is(err, store.ErrInvalid):
+		return apiErr(apiv1.CodeInvalidRequest, err.Error(), nil)
+	case errors.Is(err, store.ErrUnavailable):
+		return apiErr(apiv1.CodeUnavailable, "database unavailable; retry", map[string]any{"retryable": true})
+	}
+	return apiErr(apiv1.CodeInternal, "internal error", nil)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := toAPIError(err)
+	if ae.Code == apiv1.CodeInternal {
+		s.log.Error("internal error", "path", r.URL.Path, "request_id", requestID(r.Context()), "err", err)
+	}
+	if ae.Code == apiv1.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
+	}
+	writeJSON(w, statusFor(ae.Code), ae)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// decode reads exactly one JSON object, size-limited, rejecting unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return errInvalid("Content-Type must be application/json")
+	}
+	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apiErr(apiv1.CodeTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes), nil)
+		}
+		if errors.Is(err, io.EOF) {
+			return errInvalid("request body is empty")
+		}
+		return errInvalid("invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return errInvalid("request body must hold a single JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errInvalid("request body must hold a single JSON object")
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+var (
+	nodeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
+	tagRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	pciRE      = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+)
+
+func (s *Server) present(n apiv1.Node) apiv1.Node {
+	n.Mode, n.Schedulable = alloc.DeriveMode(n, s.alloc.HeartbeatMaxAge(), time.Now())
+	return n
+}
+
+func (s *Server) createNode(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.NodeCreate
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if !nodeNameRE.MatchString(req.Name) {
+		return errInvalid("node name must match %s", nodeNameRE)
+	}
+	if req.Region == "" || len(req.Region) > 64 {
+		return errInvalid("region is required (at most 64 characters)")
+	}
+	for _, t := range append(append([]string{}, req.ProfileTags...), req.HardwareTags...) {
+		if !tagRE.MatchString(t) {
+			return errInvalid("tag %q must match %s", t, tagRE)
+		}
+	}
+	var out apiv1.Node
+	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		for _, sku := range []struct{ name, shape string }{{req.SKU, "baremetal"}, {req.SliceSKU, "gpu_slice"}} {
+			if sku.name == "" {
+				continue
+			}
+			got, err := tx.GetSKU(r.Context(), sku.name)
+			if errors.Is(err, store.ErrNotFound) {
+				return errInvalid("unknown SKU %q", sku.name)
+			}
+			if err != nil {
+				return err
+			}
+			if got.CapacityShape != sku.shape {
+				return errInvalid("SKU %s is %s; expected a %s SKU here", got.SKU, got.CapacityShape, sku.shape)
+			}
+		}
+		var err error
+		if out, err = tx.CreateNode(r.Context(), req); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.create", "node", out.ID, req))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, s.present(out))
+	return nil
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	items, err := s.store.ListNodes(r.Context())
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		items[i] = s.present(items[i])
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Node]{Items: items})
+	return nil
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	n, err := s.store.GetNode(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("node " + r.PathValue("id") + " not found")
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.present(n))
+	return nil
+}
+
+func (s *Server) drainNode(drain bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		var out apiv1.Node
+		err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+			var err error
+			if out, err = tx.SetDraining(r.Context(), r.PathValue("id"), drain); err != nil {
+				return err
+			}
+			action := "node.undrain"
+			if drain {
+				action = "node.drain"
+			}
+			return tx.Audit(r.Context(), audit(r, p, action, "node", out.ID, map[string]any{"name": out.Name}))
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return errNotFound("node " + r.PathValue("id") + " not found")
+		}
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, s.present(out))
+		return nil
+	}
+}
+
+func (s *Server) nodeID(r *http.Request) (string, error) {
+	n, err := s.store.GetNode(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return "", errNotFound("node " + r.PathValue("id") + " not found")
+	}
+	return n.ID, err
+}
+
+func (s *Server) listSlots(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	items, err := s.store.ListSlots(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Slot]{Items: items})
+	return nil
+}
+
+func (s *Server) applySlots(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.SlotApply
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if err := ValidateSlotMap(req.Slots); err != nil {
+		return err
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	var out apiv1.SlotApplyResult
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		var err error
+		if out, err = tx.ApplySlots(r.Context(), id, req.Slots, req.DryRun); err != nil || req.DryRun {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.slots.apply", "node", id, map[string]any{"changes": out.Changes}))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) setSlotEnabled(enabled bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		idx, err := strconv.Atoi(r.PathValue("index"))
+		if err != nil || idx < 0 {
+			return errInvalid("slot index must be a non-negative integer")
+		}
+		id, err := s.nodeID(r)
+		if err != nil {
+			return err
+		}
+		var out apiv1.Slot
+		err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+			action, reason := "slot.enable", ""
+			if !enabled {
+				action, reason = "slot.disable", "disabled by "+p.Name
+			}
+			var err error
+			if out, err = tx.SetSlotEnabled(r.Context(), id, idx, enabled, reason); err != nil {
+				return err
+			}
+			return tx.Audit(r.Context(), audit(r, p, action, "slot", out.ID, map[string]any{"node_id": id, "slot_index": idx}))
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return errNotFound(fmt.Sprintf("slot %d not found on node %s", idx, r.PathValue("id")))
+		}
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+}
+
+var (
+	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	storageOwn = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
+	fabricMode = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
+	fabrics    = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
+	sharing    = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
+)
+
+// ValidateSlotMap checks a declarative slot map before anything is written: identities must
+// be well formed and unique within the node (a GPU, disk, VF, MAC or IP in two slots would let
+// two tenants share hardware). Slots may still lack policy keys: they are stored but not
+// schedulable, and capacity reports them as blocked by policy.
+func ValidateSlotMap(specs []apiv1.SlotSpec) error {
+	if len(specs) > 256 {
+		return errInvalid("a slot map holds at most 256 slots")
+	}
+	seen := map[string]map[string]int{"slot_index": {}, "pci_address": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}, "fabric_vf_pci_address": {}}
+	dup := func(field, v string, idx int) error {
+		if v == "" {
+			return nil
+		}
+		if prev, ok := seen[field][v]; ok {
+			return errInvalid("slots %d and %d share %s %s", prev, idx, field, v)
+		}
+		seen[field][v] = idx
+		return nil
+	}
+	for _, sp := range specs {
+		i := sp.SlotIndex
+		if i < 0 || i > 1023 {
+			return errInvalid("slot_index %d out of range 0..1023", i)
+		}
+		if err := dup("slot_index", strconv.Itoa(i), i); err != nil {
+			return err
+		}
+		if !pciRE.MatchString(sp.PCIAddress) {
+			return errInvalid("slot %d: pci_address %q must look like 0000:3c:00.0", i, sp.PCIAddress)
+		}
+		if sp.NVMeDevice == "" || !strings.HasPrefix(sp.NVMeDevice, "/dev/disk/by-id/") || strings.Contains(sp.NVMeDevice, "..") {
+			return errInvalid("slot %d: nvme_device must be a stable /dev/disk/by-id/ path, never /dev/nvmeXnY (got %q)", i, sp.NVMeDevice)
+		}
+		if !macRE.MatchString(sp.MACAddress) {
+			return errInvalid("slot %d: mac_address %q must be lowercase aa:bb:cc:dd:ee:ff", i, sp.MACAddress)
+		}
+		if ip := net.ParseIP(sp.PrivateIP); ip == nil || ip.To4() == nil {
+			return errInvalid("slot %d: private_ip %q must be an IPv4 address", i, sp.PrivateIP)
+		}
+		if sp.FabricPCIAddress != "" && !pciRE.MatchString(sp.FabricPCIAddress) {
+			return errInvalid("slot %d: fabric_pci_address %q is not a PCI address", i, sp.FabricPCIAddress)
+		}
+		if sp.NUMANode != nil && (*sp.NUMANode < 0 || *sp.NUMANode > 63) {
+			return errInvalid("slot %d: numa_node must be 0..63 or null (unknown)", i)
+		}
+		if sp.VCPUCount != nil && *sp.VCPUCount <= 0 || sp.MemoryMiB != nil && *sp.MemoryMiB <= 0 || sp.GPUMemoryMiB < 0 {
+			return errInvalid("slot %d: vcpu_count, memory_mib and gpu_memory_mib must be positive", i)
+		}
+		if !fabrics[sp.NetworkFabric] {
+			return errInvalid("slot %d: network_fabric must be infiniband, roce, ethernet or none", i)
+		}
+		if !sharing[sp.SharingModel] {
+			return errInvalid("slot %d: unknown sharing_model %q", i, sp.SharingModel)
+		}
+		if sp.ComputeMilli != nil && *sp.ComputeMilli < 0 || sp.MaxClaims != nil && *sp.MaxClaims < 1 {
+			return errInvalid("slot %d: compute_milli must be >= 0 and max_claims >= 1", i)
+		}
+		md := sp.CapacityMetadata
+		if v, ok := md["storage_ownership"]; ok {
+			if s, _ := v.(string); !storageOwn[s] {
+				return errInvalid("slot %d: capacity_metadata.storage_ownership must be slice, host_share or unassigned", i)
+			}
+		}
+		if v, ok := md["fabric_claim_mode"]; ok {
+			if s, _ := v.(string); !fabricMode[s] {
+				return errInvalid("slot %d: capacity_metadata.fabric_claim_mode must be per_slot_vf, exclusive_device or shared_host", i)
+			}
+		}
+		for _, k := range []string{"destructive_wipe_policy", "sku", "fabric_vf_pci_address"} {
+			if v, ok := md[k]; ok {
+				if _, isStr := v.(string); !isStr {
+					return errInvalid("slot %d: capacity_metadata.%s must be a string", i, k)
+				}
+			}
+		}
+		vf, _ := md["fabric_vf_pci_address"].(string)
+		if vf != "" && !pciRE.MatchString(vf) {
+			return errInvalid("slot %d: capacity_metadata.fabric_vf_pci_address %q is not a PCI address", i, vf)
+		}
+		for field, v := range map[string]string{"pci_address": sp.PCIAddress, "nvme_device": sp.NVMeDevice,
+			"mac_address": sp.MACAddress, "private_ip": sp.PrivateIP, "fabric_vf_pci_address": vf} {
+			if err := dup(field, v, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+// Package api is the controller's HTTPS JSON API (/api/v1): routing, authentication,
+// authorization, request validation, error mapping, OpenAPI document and metrics.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Options configures the API.
+type Options struct {
+	Store   *store.Store
+	Alloc   *alloc.Service
+	Logger  *slog.Logger
+	Version string
+	// Registry receives the API's metrics; nil makes a private one.
+	Registry *prometheus.Registry
+}
+
+// Server serves the API.
+type Server struct {
+	store   *store.Store
+	alloc   *alloc.Service
+	log     *slog.Logger
+	version string
+	mux     *http.ServeMux
+	reg     *prometheus.Registry
+
+	routeTable []route
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+}
+
+// New builds the API handler tree.
+func New(opts Options) *Server {
+	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpuaas_api_requests_total", Help: "API requests by route and status code.",
+	}, []string{"route", "code"})
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gpuaas_api_request_seconds", Help: "API request latency by route.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"route"})
+	s.reg.MustRegister(s.requests, s.latency)
+	s.routes()
+	return s
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Registry exposes the metrics registry so other subsystems can register collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+type role int
+
+const (
+	public role = iota
+	anyUser
+	adminOnly
+)
+
+// handlerFunc is an authenticated handler; returning an error writes it as apiv1.Error.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p Principal) error
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		reqID := r.Header.Get("X-Request-Id")
+		if reqID == "" || len(reqID) > 64 {
+			reqID = newRequestID()
+		}
+		rec.Header().Set("X-Request-Id", reqID)
+		ctx := context.WithValue(r.Context(), requestIDKey{}, reqID)
+		r = r.WithContext(ctx)
+
+		var p Principal
+		var err error
+		if need != public {
+			p, err = s.authenticate(r)
+			if err == nil && need == adminOnly && p.Role != "admin" {
+				err = errForbidden("admin role required")
+			}
+		}
+		if err == nil {
+			err = h(rec, r, p)
+		}
+		if err != nil {
+			s.writeError(rec, r, err)
+		}
+		s.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
+		s.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		if rec.code >= 500 {
+			s.log.Error("request failed", "route", route, "code", rec.code, "request_id", reqID, "err", err)
+		} else {
+			s.log.Debug("request", "route", route, "code", rec.code, "request_id", reqID, "dur", time.Since(start))
+		}
+	})
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	v, _ := ctx.Value(requestIDKey{}).(string)
+	return v
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// route is one API endpoint; the same table registers handlers and builds the OpenAPI document.
+type route struct {
+	method, path string
+	need         role
+	h            handlerFunc
+	summary      string
+	req, resp    any // zero values of the request/response body types (nil = none)
+	status       int // success status
+}
+
+func (s *Server) table() []route {
+	type L = apiv1.List[apiv1.Node]
+	return []route{
+		{"GET", "/readyz", public, s.readyz, "Readiness: the database answers", nil, map[string]string{}, 200},
+		{"GET", "/api/v1/openapi.json", public, s.openapi, "This OpenAPI document", nil, nil, 200},
+		{"GET", "/api/v1/whoami", anyUser, s.whoami, "Describe the caller", nil, apiv1.Whoami{}, 200},
+		{"GET", "/api/v1/skus", anyUser, s.listSKUs, "List active SKUs", nil, apiv1.List[apiv1.SKU]{}, 200},
+		{"GET", "/api/v1/capacity", anyUser, s.capacity, "Raw and topology-safe capacity by SKU (query: sku, region)", nil, apiv1.List[apiv1.Capacity]{}, 200},
+		{"POST", "/api/v1/placement/explain", anyUser, s.explainPlacement, "Placement dry run: reserves nothing", apiv1.PlacementRequest{}, apiv1.PlacementExplain{}, 200},
+		{"POST", "/api/v1/allocations", anyUser, s.createAllocation, "Create an allocation (header Idempotency-Key)", apiv1.AllocationCreate{}, apiv1.Allocation{}, 201},
+		{"GET", "/api/v1/allocations", anyUser, s.listAllocations, "List the caller's allocations (admins: all; query: status)", nil, apiv1.List[apiv1.Allocation]{}, 200},
+		{"GET", "/api/v1/allocations/{id}", anyUser, s.getAllocation, "Show an allocation", nil, apiv1.Allocation{}, 200},
+		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation", nil, apiv1.Allocation{}, 200},
+
+		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},
+		{"GET", "/api/v1/admin/nodes", adminOnly, s.listNodes, "List nodes with mode and slot summary", nil, L{}, 200},
+		{"GET", "/api/v1/admin/nodes/{id}", adminOnly, s.getNode, "Show a node (id or name)", nil, apiv1.Node{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/drain", adminOnly, s.drainNode(true), "Drain: no new placements (non-disruptive)", nil, apiv1.Node{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/undrain", adminOnly, s.drainNode(false), "Undrain", nil, apiv1.Node{}, 200},
+		{"GET", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.listSlots, "List a node's slots", nil, apiv1.List[apiv1.Slot]{}, 200},
+		{"PUT", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.applySlots, "Apply a declarative slot map (dry_run shows the diff)", apiv1.SlotApply{}, apiv1.SlotApplyResult{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/disable", adminOnly, s.setSlotEnabled(false), "Disable a slot", nil, apiv1.Slot{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/enable", adminOnly, s.setSlotEnabled(true), "Enable a disabled slot", nil, apiv1.Slot{}, 200},
+		{"GET", "/api/v1/admin/skus", adminOnly, s.listSKUs, "List all SKUs", nil, apiv1.List[apiv1.SKU]{}, 200},
+		{"PATCH", "/api/v1/admin/skus/{sku}", adminOnly, s.patchSKU, "Update a SKU", apiv1.SKUPatch{}, apiv1.SKU{}, 200},
+		{"GET", "/api/v1/admin/os-images", adminOnly, s.listImages, "List OS images (query: target, active, family)", nil, apiv1.List[apiv1.OSImage]{}, 200},
+		{"POST", "/api/v1/admin/os-images", adminOnly, s.createImage, "Register an OS image (digest required)", apiv1.OSImage{}, apiv1.OSImage{}, 201},
+		{"GET", "/api/v1/admin/os-images/{id}", adminOnly, s.getImage, "Show an OS image (id or slug)", nil, apiv1.OSImage{}, 200},
+		{"PATCH", "/api/v1/admin/os-images/{id}", adminOnly, s.patchImage, "Update an OS image", apiv1.OSImagePatch{}, apiv1.OSImage{}, 200},
+		{"DELETE", "/api/v1/admin/os-images/{id}", adminOnly, s.deleteImage, "Retire an image (?hard=true deletes one never referenced)", nil, apiv1.OSImage{}, 200},
+		{"GET", "/api/v1/admin/audit", adminOnly, s.listAudit, "Audit log, newest first (query: limit, action, target_id)", nil, apiv1.List[apiv1.AuditEntry]{}, 200},
+		{"POST", "/api/v1/admin/tenants", adminOnly, s.createTenant, "Create a tenant", struct {
+			Name string `json:"name"`
+		}{}, apiv1.Tenant{}, 201},
+		{"GET", "/api/v1/admin/tenants", adminOnly, s.listTenants, "List tenants", nil, apiv1.List[apiv1.Tenant]{}, 200},
+		{"POST", "/api/v1/admin/tokens", adminOnly, s.createToken, "Create an API token (shown once)", apiv1.TokenCreate{}, apiv1.Token{}, 201},
+	}
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.routeTable = s.table()
+	for _, rt := range s.routeTable {
+		pattern := rt.method + " " + rt.path
+		s.mux.Handle(pattern, s.wrap(pattern, rt.need, rt.h))
+	}
+	s.mux.Handle("/", s.wrap("notfound", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		return errNotFound("no such endpoint: " + r.Method + " " + r.URL.Path)
+	}))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}

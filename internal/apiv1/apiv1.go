@@ -1,0 +1,437 @@
+// Package apiv1 holds the request and response types of the controller's /api/v1 HTTP API.
+// Both the controller and its clients (gpuaasctl, tests) use them, so the JSON field names
+// here are the stable contract operators' scripts rely on: rename nothing.
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Error codes returned in Error.Code. Each maps to one HTTP status and one CLI exit code.
+const (
+	CodeInvalidRequest    = "invalid_request"
+	CodeUnauthorized      = "unauthorized"
+	CodeForbidden         = "forbidden"
+	CodeNotFound          = "not_found"
+	CodeConflict          = "conflict"
+	CodeSKUUnavailable    = "sku_unavailable"
+	CodeTooLarge          = "payload_too_large"
+	CodeUnavailable       = "unavailable" // retryable: database unreachable, shutting down
+	CodeInternal          = "internal"
+	CodeIdempotencyReused = "idempotency_key_reused"
+)
+
+// Reasons carried in Error.Details["reason"] with CodeSKUUnavailable.
+const (
+	ReasonCountNotAllowed     = "count_not_allowed"
+	ReasonNoCapacity          = "no_capacity"
+	ReasonTopologyFragmented  = "topology_fragmented"
+	ReasonFabricPolicyBlocked = "fabric_policy_blocked"
+	ReasonNodeDraining        = "node_draining"
+	ReasonSKUInactive         = "sku_inactive"
+	ReasonNoImage             = "no_viable_image"
+)
+
+// Error is the body of every non-2xx response.
+type Error struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// SKU is a sellable product (sku_catalog row).
+type SKU struct {
+	SKU                 string          `json:"sku"`
+	Vendor              string          `json:"vendor"`
+	DisplayName         string          `json:"display_name"`
+	AcceleratorModel    string          `json:"accelerator_model"`
+	CapacityShape       string          `json:"capacity_shape"`
+	GPUsTotal           int             `json:"gpus_total"`
+	AllowedGPUCounts    []int           `json:"allowed_gpu_counts"`
+	GPUHourlyPriceMinor int64           `json:"gpu_hourly_price_minor"`
+	Currency            string          `json:"currency"`
+	NetworkFabric       string          `json:"network_fabric"`
+	ExclusiveNode       bool            `json:"exclusive_node"`
+	ResourceProfile     json.RawMessage `json:"resource_profile"`
+	Active              bool            `json:"active"`
+	CreatedAt           time.Time       `json:"created_at"`
+	UpdatedAt           time.Time       `json:"updated_at"`
+}
+
+// SKUPatch updates mutable SKU fields; nil fields are left as they are.
+type SKUPatch struct {
+	DisplayName         *string          `json:"display_name,omitempty"`
+	AllowedGPUCounts    []int            `json:"allowed_gpu_counts,omitempty"`
+	GPUHourlyPriceMinor *int64           `json:"gpu_hourly_price_minor,omitempty"`
+	ResourceProfile     *json.RawMessage `json:"resource_profile,omitempty"`
+	Active              *bool            `json:"active,omitempty"`
+}
+
+// Node modes derived from admin intent, readiness, slots and live claims (seed 001 "Mixed Node State").
+const (
+	ModeBaremetalOnly   = "baremetal_only"
+	ModeSliceCandidate  = "slice_candidate"
+	ModeBothCapable     = "both_capable"
+	ModeBaremetalActive = "baremetal_active"
+	ModeSliceActive     = "slice_active"
+	ModeDraining        = "draining"
+	ModeCleanupBlocked  = "cleanup_blocked"
+	ModeUnavailable     = "unavailable"
+)
+
+// Node is a physical GPU server.
+type Node struct {
+	ID              string          `json:"id"`
+	Name            string          `json:"name"`
+	Status          string          `json:"status"`
+	Draining        bool            `json:"draining"`
+	Region          string          `json:"region"`
+	TenantID        string          `json:"tenant_id,omitempty"`
+	SKU             string          `json:"sku,omitempty"`
+	SliceSKU        string          `json:"slice_sku,omitempty"`
+	ProfileTags     []string        `json:"profile_tags"`
+	HardwareTags    []string        `json:"hardware_tags"`
+	FirmwareProfile json.RawMessage `json:"firmware_profile"`
+	AgentFacts      json.RawMessage `json:"agent_facts"`
+	LastHeartbeatAt *time.Time      `json:"last_heartbeat_at,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Mode            string          `json:"mode"`
+	Schedulable     Schedulable     `json:"schedulable"`
+	SlotSummary     SlotSummary     `json:"slot_summary"`
+}
+
+// Schedulable says whether new placements may land on the node, and why not.
+type Schedulable struct {
+	Baremetal bool     `json:"baremetal"`
+	Slice     bool     `json:"slice"`
+	Reasons   []string `json:"reasons,omitempty"`
+}
+
+// SlotSummary aggregates a node's slots.
+type SlotSummary struct {
+	Total    int            `json:"total"`
+	ByStatus map[string]int `json:"by_status"`
+	BySKU    []SKUSlots     `json:"by_sku"`
+	// LiveClaims counts reserved/provisioning/active/releasing claims of each kind.
+	LiveSlotClaims      int `json:"live_slot_claims"`
+	LiveExclusiveClaims int `json:"live_exclusive_claims"`
+}
+
+// SKUSlots is schedulable slot capacity per slice SKU on one node.
+type SKUSlots struct {
+	SKU       string `json:"sku"`
+	Available int    `json:"available"`
+}
+
+// NodeCreate registers a node (admin).
+type NodeCreate struct {
+	Name         string   `json:"name"`
+	Region       string   `json:"region"`
+	TenantID     string   `json:"tenant_id,omitempty"`
+	SKU          string   `json:"sku,omitempty"`
+	SliceSKU     string   `json:"slice_sku,omitempty"`
+	ProfileTags  []string `json:"profile_tags,omitempty"`
+	HardwareTags []string `json:"hardware_tags,omitempty"`
+}
+
+// Slot is one approved schedulable bundle (node_resource_slots row).
+type Slot struct {
+	ID               string          `json:"id"`
+	NodeID           string          `json:"node_id"`
+	SlotIndex        int             `json:"slot_index"`
+	CapacityShape    string          `json:"capacity_shape"`
+	Status           string          `json:"status"`
+	StatusReason     string          `json:"status_reason,omitempty"`
+	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
+	SharingModel     string          `json:"sharing_model"`
+	ProfileName      string          `json:"profile_name,omitempty"`
+	GPUModel         string          `json:"gpu_model,omitempty"`
+	GPUCount         int             `json:"gpu_count"`
+	PCIAddress       string          `json:"pci_address"`
+	GPUUUID          string          `json:"gpu_uuid,omitempty"`
+	MIGProfile       string          `json:"mig_profile,omitempty"`
+	GPUMemoryMiB     int             `json:"gpu_memory_mib"`
+	ComputeMilli     int             `json:"compute_milli"`
+	MaxClaims        int             `json:"max_claims"`
+	NVMeDevice       string          `json:"nvme_device"`
+	NetworkFabric    string          `json:"network_fabric"`
+	NetworkDevice    string          `json:"network_device,omitempty"`
+	FabricPCIAddress string          `json:"fabric_pci_address,omitempty"`
+	FabricDeviceID   string          `json:"fabric_device_id,omitempty"`
+	FabricMetadata   json.RawMessage `json:"fabric_metadata"`
+	NUMANode         *int            `json:"numa_node"`
+	VCPUCount        *int            `json:"vcpu_count,omitempty"`
+	MemoryMiB        *int            `json:"memory_mib,omitempty"`
+	MACAddress       string          `json:"mac_address"`
+	PrivateIP        string          `json:"private_ip"`
+	CapacityMetadata json.RawMessage `json:"capacity_metadata"`
+	HealthMetadata   json.RawMessage `json:"health_metadata"`
+	AllocationID     string          `json:"allocation_id,omitempty"`
+	UpdatedAt        time.Time       `json:"updated_at"`
+}
+
+// SlotSpec is one slot of a declarative slot map (a reviewed site topology profile).
+type SlotSpec struct {
+	SlotIndex        int            `json:"slot_index" yaml:"slot_index"`
+	GPUModel         string         `json:"gpu_model,omitempty" yaml:"gpu_model,omitempty"`
+	PCIAddress       string         `json:"pci_address" yaml:"pci_address"`
+	GPUUUID          string         `json:"gpu_uuid,omitempty" yaml:"gpu_uuid,omitempty"`
+	GPUMemoryMiB     int            `json:"gpu_memory_mib,omitempty" yaml:"gpu_memory_mib,omitempty"`
+	NVMeDevice       string         `json:"nvme_device" yaml:"nvme_device"`
+	NetworkFabric    string         `json:"network_fabric,omitempty" yaml:"network_fabric,omitempty"`
+	NetworkDevice    string         `json:"network_device,omitempty" yaml:"network_device,omitempty"`
+	FabricPCIAddress string         `json:"fabric_pci_address,omitempty" yaml:"fabric_pci_address,omitempty"`
+	FabricDeviceID   string         `json:"fabric_device_id,omitempty" yaml:"fabric_device_id,omitempty"`
+	NUMANode         *int           `json:"numa_node" yaml:"numa_node"`
+	VCPUCount        *int           `json:"vcpu_count,omitempty" yaml:"vcpu_count,omitempty"`
+	MemoryMiB        *int           `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
+	MACAddress       string         `json:"mac_address" yaml:"mac_address"`
+	PrivateIP        string         `json:"private_ip" yaml:"private_ip"`
+	CapacityMetadata map[string]any `json:"capacity_metadata" yaml:"capacity_metadata"`
+	// Reserved for future fractional shapes; v1 scheduling ignores slots that set them.
+	ParentSlotIndex *int   `json:"parent_slot_index,omitempty" yaml:"parent_slot_index,omitempty"`
+	SharingModel    string `json:"sharing_model,omitempty" yaml:"sharing_model,omitempty"`
+	ProfileName     string `json:"profile_name,omitempty" yaml:"profile_name,omitempty"`
+	ComputeMilli    *int   `json:"compute_milli,omitempty" yaml:"compute_milli,omitempty"`
+	MaxClaims       *int   `json:"max_claims,omitempty" yaml:"max_claims,omitempty"`
+}
+
+// SlotApply is the body of PUT /admin/nodes/{id}/slots.
+type SlotApply struct {
+	Slots  []SlotSpec `json:"slots"`
+	DryRun bool       `json:"dry_run"`
+}
+
+// SlotChange is one line of a slot-map diff.
+type SlotChange struct {
+	SlotIndex int      `json:"slot_index"`
+	Action    string   `json:"action"` // create | update | disable | unchanged
+	Fields    []string `json:"fields,omitempty"`
+}
+
+// SlotApplyResult reports the diff and whether it was applied.
+type SlotApplyResult struct {
+	Applied bool         `json:"applied"`
+	Changes []SlotChange `json:"changes"`
+}
+
+// OSImage is an os_images catalog row.
+type OSImage struct {
+	ID                    string          `json:"id"`
+	Slug                  string          `json:"slug"`
+	DisplayName           string          `json:"display_name"`
+	Version               string          `json:"version"`
+	Target                string          `json:"target"`
+	Family                string          `json:"family"`
+	Architecture          string          `json:"architecture"`
+	AcceleratorVendor     string          `json:"accelerator_vendor,omitempty"`
+	NetworkFabric         string          `json:"network_fabric,omitempty"`
+	ImageFormat           string          `json:"image_format"`
+	SourceType            string          `json:"source_type"`
+	SourceRef             string          `json:"source_ref"`
+	DigestSHA256          string          `json:"digest_sha256,omitempty"`
+	SizeBytes             *int64          `json:"size_bytes,omitempty"`
+	CloudInitSupported    bool            `json:"cloud_init_supported"`
+	GuestAgentSupported   bool            `json:"guest_agent_supported"`
+	DefaultUsername       string          `json:"default_username"`
+	DriverStrategy        string          `json:"driver_strategy"`
+	CompatibilityMetadata json.RawMessage `json:"compatibility_metadata"`
+	IsDefault             bool            `json:"is_default"`
+	Active                bool            `json:"active"`
+	CreatedAt             time.Time       `json:"created_at"`
+	UpdatedAt             time.Time       `json:"updated_at"`
+	RetiredAt             *time.Time      `json:"retired_at,omitempty"`
+}
+
+// OSImagePatch updates mutable image fields.
+type OSImagePatch struct {
+	DisplayName           *string          `json:"display_name,omitempty"`
+	SourceRef             *string          `json:"source_ref,omitempty"`
+	DigestSHA256          *string          `json:"digest_sha256,omitempty"`
+	SizeBytes             *int64           `json:"size_bytes,omitempty"`
+	CompatibilityMetadata *json.RawMessage `json:"compatibility_metadata,omitempty"`
+	IsDefault             *bool            `json:"is_default,omitempty"`
+	Active                *bool            `json:"active,omitempty"`
+}
+
+// AllocationCreate is the body of POST /allocations.
+type AllocationCreate struct {
+	SKU           string   `json:"sku"`
+	GPUs          int      `json:"gpus"`
+	Region        string   `json:"region,omitempty"`
+	Image         string   `json:"image,omitempty"`   // os_images slug; default resolved from the SKU
+	Profile       string   `json:"profile,omitempty"` // admin-only override of the slice VM profile
+	SSHPublicKeys []string `json:"ssh_public_keys,omitempty"`
+	TenantID      string   `json:"tenant_id,omitempty"` // admin creating for a tenant
+}
+
+// ResolvedProfile is the VM shape snapshotted into an allocation at creation.
+type ResolvedProfile struct {
+	Name        string          `json:"name"`
+	Source      string          `json:"source"` // sku_profile | scaled_from_default | admin_override | baremetal
+	DerivedFrom string          `json:"derived_from,omitempty"`
+	GPUCount    int             `json:"gpu_count"`
+	VCPUCount   int             `json:"vcpu_count"`
+	MemoryMiB   int             `json:"memory_mib"`
+	Hugepages   json.RawMessage `json:"hugepages,omitempty"`
+}
+
+// Price is the SKU price captured when the allocation was created.
+type Price struct {
+	GPUHourlyPriceMinor int64  `json:"gpu_hourly_price_minor"`
+	Currency            string `json:"currency"`
+	GPUs                int    `json:"gpus"`
+	CapacityShape       string `json:"capacity_shape"`
+}
+
+// Cost is accrued usage: from active_at until released_at (or now).
+type Cost struct {
+	BilledSeconds int64  `json:"billed_seconds"`
+	AccruedMinor  int64  `json:"accrued_minor"`
+	Currency      string `json:"currency"`
+}
+
+// ImageRef is the image snapshot of an allocation.
+type ImageRef struct {
+	ID           string `json:"id"`
+	Slug         string `json:"slug"`
+	SourceRef    string `json:"source_ref"`
+	DigestSHA256 string `json:"digest_sha256"`
+}
+
+// Claim is one allocation_resource_claims row with its device snapshot.
+type Claim struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"`
+	Status     string    `json:"status"`
+	NodeID     string    `json:"node_id"`
+	SlotID     string    `json:"slot_id,omitempty"`
+	SlotIndex  *int      `json:"slot_index,omitempty"`
+	NUMANode   *int      `json:"numa_node,omitempty"`
+	PCIAddress string    `json:"pci_address,omitempty"`
+	NVMeDevice string    `json:"nvme_device,omitempty"`
+	FabricVF   string    `json:"fabric_vf_pci_address,omitempty"`
+	MACAddress string    `json:"mac_address,omitempty"`
+	PrivateIP  string    `json:"private_ip,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Allocation is a tenant's lease. Node and Claims are shown to admins only.
+type Allocation struct {
+	ID              string          `json:"id"`
+	TenantID        string          `json:"tenant_id"`
+	SKU             string          `json:"sku"`
+	CapacityShape   string          `json:"capacity_shape"`
+	GPUs            int             `json:"gpus"`
+	Region          string          `json:"region"`
+	Status          string          `json:"status"`
+	PlacementStatus string          `json:"placement_status"`
+	NodeID          string          `json:"node_id,omitempty"`
+	NodeName        string          `json:"node_name,omitempty"`
+	Profile         ResolvedProfile `json:"profile"`
+	Image           *ImageRef       `json:"image,omitempty"`
+	Price           Price           `json:"price"`
+	Cost            Cost            `json:"cost"`
+	Claims          []Claim         `json:"claims,omitempty"`
+	SSHPublicKeys   []string        `json:"ssh_public_keys,omitempty"`
+	FailureReason   string          `json:"failure_reason,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+	ActiveAt        *time.Time      `json:"active_at,omitempty"`
+	ReleasingAt     *time.Time      `json:"releasing_at,omitempty"`
+	ReleasedAt      *time.Time      `json:"released_at,omitempty"`
+}
+
+// PlacementRequest is the body of POST /placement/explain (a dry run that reserves nothing).
+type PlacementRequest struct {
+	SKU    string `json:"sku"`
+	GPUs   int    `json:"gpus"`
+	Region string `json:"region,omitempty"`
+}
+
+// PlacementChoice is one ranked candidate.
+type PlacementChoice struct {
+	NodeID      string `json:"node_id,omitempty"`
+	NodeName    string `json:"node_name,omitempty"`
+	SlotIndexes []int  `json:"slot_indexes,omitempty"`
+	NUMANodes   []int  `json:"numa_nodes,omitempty"`
+	Reason      string `json:"reason"`
+}
+
+// PlacementExplain answers a placement dry run.
+type PlacementExplain struct {
+	Feasible bool              `json:"feasible"`
+	Reason   string            `json:"reason,omitempty"`
+	Message  string            `json:"message"`
+	Choices  []PlacementChoice `json:"choices,omitempty"`
+	Details  map[string]any    `json:"details,omitempty"`
+}
+
+// Capacity distinguishes raw free slots from topology-safe capacity (seed 001
+// "Marketplace Capacity Accounting").
+type Capacity struct {
+	SKU           string `json:"sku"`
+	Region        string `json:"region"`
+	CapacityShape string `json:"capacity_shape"`
+	// RawFreeSlots counts slots passing every filter; not additive with baremetal nodes.
+	RawFreeSlots int `json:"raw_free_slots"`
+	// Launchable[n] is how many n-GPU allocations could be placed at once right now.
+	Launchable map[string]int `json:"launchable"`
+	// BlockedByPolicy counts otherwise-free slots excluded by fabric/storage policy.
+	BlockedByPolicy int `json:"blocked_by_policy"`
+	FreeNodes       int `json:"free_nodes"` // baremetal: whole nodes free
+}
+
+// Tenant is a customer account.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TokenCreate asks for a new API token (admin).
+type TokenCreate struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"` // admin | tenant
+	TenantID string `json:"tenant_id,omitempty"`
+	TTL      string `json:"ttl,omitempty"` // Go duration; empty = no expiry
+}
+
+// Token is returned once, at creation; only its hash is stored.
+type Token struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	TenantID  string     `json:"tenant_id,omitempty"`
+	Token     string     `json:"token,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Whoami describes the caller.
+type Whoami struct {
+	TokenID  string `json:"token_id"`
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	TenantID string `json:"tenant_id,omitempty"`
+}
+
+// AuditEntry is one audit_log row.
+type AuditEntry struct {
+	ID         int64           `json:"id"`
+	At         time.Time       `json:"at"`
+	Actor      string          `json:"actor"`
+	ActorRole  string          `json:"actor_role"`
+	TenantID   string          `json:"tenant_id,omitempty"`
+	Action     string          `json:"action"`
+	TargetKind string          `json:"target_kind"`
+	TargetID   string          `json:"target_id"`
+	RequestID  string          `json:"request_id,omitempty"`
+	Details    json.RawMessage `json:"details"`
+}
+
+// List wraps list responses so fields can be added without breaking clients.
+type List[T any] struct {
+	Items []T `json:"items"`
+}

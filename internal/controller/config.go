@@ -1,0 +1,108 @@
+// Package controller wires the gpuaas-controller daemon: configuration, the embedded or
+// external PostgreSQL, migrations, PKI bootstrap, the HTTPS API, and orderly shutdown.
+// Only cmd/gpuaas-controller imports it.
+package controller
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Config is the controller's typed configuration, loaded once: flags > GPUAAS_* env > file.
+type Config struct {
+	StateDir        string        `mapstructure:"state_dir"`
+	Listen          string        `mapstructure:"listen"`
+	DatabaseURL     string        `mapstructure:"database_url"`
+	Hostnames       []string      `mapstructure:"hostname"`
+	HeartbeatMaxAge time.Duration `mapstructure:"heartbeat_max_age"`
+	LogLevel        string        `mapstructure:"log_level"`
+	LogFormat       string        `mapstructure:"log_format"`
+	MaxDBConns      int32         `mapstructure:"max_db_conns"`
+}
+
+// DefaultStateDir is where a packaged controller keeps its state.
+const DefaultStateDir = "/var/lib/gpuaas-controller"
+
+// bindFlags declares the flags a command uses; only declared names are bound.
+func bindFlags(fs *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		switch n {
+		case "state-dir":
+			fs.String(n, DefaultStateDir, "state directory: TLS material, admin token, embedded PostgreSQL")
+		case "listen":
+			fs.String(n, "127.0.0.1:8443", "HTTPS listen address (HOST:PORT; port 0 picks one, written to STATE_DIR/controller.addr)")
+		case "database-url":
+			fs.String(n, "", "PostgreSQL URL; empty runs a private cluster under STATE_DIR/postgres")
+		case "hostname":
+			fs.StringSlice(n, nil, "extra DNS names or IPs for the server certificate (repeatable)")
+		case "heartbeat-max-age":
+			fs.Duration(n, 2*time.Minute, "exclude nodes whose agent heartbeat is older than this from placement (0 disables)")
+		case "log-level":
+			fs.String(n, "info", "log level: debug, info, warn, error")
+		case "log-format":
+			fs.String(n, "text", "log format: text or json")
+		case "max-db-conns":
+			fs.Int32(n, 16, "database connection pool size")
+		case "config":
+			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
+		}
+	}
+}
+
+// loadConfig reads flags, GPUAAS_* environment and an optional file into Config.
+func loadConfig(fs *pflag.FlagSet) (Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("GPUAAS")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		key := strings.ReplaceAll(f.Name, "-", "_")
+		if err := v.BindPFlag(key, f); err != nil {
+			bindErr = err
+		}
+		if err := v.BindEnv(key, "GPUAAS_"+strings.ToUpper(key)); err != nil {
+			bindErr = err
+		}
+	})
+	if bindErr != nil {
+		return Config{}, bindErr
+	}
+	if f := v.GetString("config"); f != "" {
+		v.SetConfigFile(f)
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", f, err)
+		}
+	}
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, c.validate(fs)
+}
+
+func (c Config) validate(fs *pflag.FlagSet) error {
+	if fs.Lookup("state-dir") != nil && c.StateDir == "" {
+		return fmt.Errorf("--state-dir must not be empty")
+	}
+	if fs.Lookup("listen") != nil {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("--listen %q: want HOST:PORT: %w", c.Listen, err)
+		}
+	}
+	if fs.Lookup("heartbeat-max-age") != nil && c.HeartbeatMaxAge < 0 {
+		return fmt.Errorf("--heartbeat-max-age must not be negative")
+	}
+	if fs.Lookup("log-format") != nil && c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("--log-format must be text or json")
+	}
+	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
+		return fmt.Errorf("--max-db-conns must be 2..500")
+	}
+	return nil
+}

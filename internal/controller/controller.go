@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/api"
+	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// embeddedDB is the database name inside the private cluster.
+const embeddedDB = "gpuaas"
+
+// database opens the configured database, starting the private cluster when no URL is set.
+// The returned stop func stops what was started.
+func database(ctx context.Context, cfg Config, log *slog.Logger) (url string, stop func(), err error) {
+	if cfg.DatabaseURL != "" {
+		return cfg.DatabaseURL, func() {}, nil
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(cfg.StateDir, "postgres"), Logger: log})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded postgres: %w", err)
+	}
+	stop = func() {
+		if err := srv.Stop(); err != nil {
+			log.Error("embedded postgres stop", "err", err)
+		}
+	}
+	if err := srv.CreateDatabase(ctx, embeddedDB, ""); err != nil && !strings.Contains(err.Error(), "already exists") {
+		stop()
+		return "", nil, fmt.Errorf("embedded postgres: create database: %w", err)
+	}
+	log.Info("embedded postgres running", "dir", filepath.Join(cfg.StateDir, "postgres"))
+	return srv.ConnString(embeddedDB), stop, nil
+}
+
+// Init creates the state directory's TLS material, signing key and first admin token.
+func Init(cfg Config) (pki.InitResult, error) {
+	return pki.Init(pki.InitOptions{Dir: cfg.StateDir, Hostnames: cfg.Hostnames})
+}
+
+// Migrate applies migrations to the configured (or embedded) database.
+func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (int32, error) {
+	url, stop, err := database(ctx, cfg, log)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	return store.Migrate(ctx, url)
+}
+
+// ensureAdminToken registers DIR/admin.token in the database if it is not there yet, so a
+// fresh (or replaced) database always accepts the operator's first token.
+func ensureAdminToken(ctx context.Context, st *store.Store, dir string) error {
+	p := pki.Paths{Dir: dir}
+	b, err := os.ReadFile(p.AdminToken())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return fmt.Errorf("%s is empty", p.AdminToken())
+	}
+	hash := pki.HashToken(tok)
+	ok, err := st.TokenHashExists(ctx, hash)
+	if err != nil || ok {
+		return err
+	}
+	return st.InTx(ctx, func(tx *store.Tx) error {
+		id, err := tx.CreateToken(ctx, "bootstrap-admin", hash, "admin", "", nil)
+		if err != nil {
+			return err
+		}
+		return tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", Action: "token.bootstrap",
+			TargetKind: "api_token", TargetID: id, Details: map[string]any{"file": p.AdminToken()}})
+	})
+}
+
+// Serve runs the controller until ctx is cancelled.
+func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) error {
+	res, err := Init(cfg)
+	if err != nil {
+		return fmt.Errorf("pki.Init: %w", err)
+	}
+	if len(res.Created) > 0 {
+		log.Info("initialized state directory", "dir", cfg.StateDir, "created", res.Created)
+	}
+	url, stopDB, err := database(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDB()
+	v, err := store.Migrate(ctx, url)
+	if err != nil {
+		return err
+	}
+	log.Info("database migrated", "version", v)
+	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := ensureAdminToken(ctx, st, cfg.StateDir); err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	}
+	svc := alloc.New(st, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge})
+	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version})
+
+	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	addrFile := filepath.Join(cfg.StateDir, "controller.addr")
+	if err := pki.WriteFileAtomic(addrFile, []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{
+		Handler:           apiSrv.Handler(),
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	log.Info("gpuaas-controller serving", "addr", "https://"+ln.Addr().String(), "version", version,
+		"ca", pki.Paths{Dir: cfg.StateDir}.CACert(), "admin_token", pki.Paths{Dir: cfg.StateDir}.AdminToken())
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("https: %w", err)
+		}
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	_ = os.Remove(addrFile)
+	return nil
+}

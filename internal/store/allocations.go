@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+)
+
+// AllocationRecord is an allocation with the raw snapshots the service turns into API form.
+type AllocationRecord struct {
+	apiv1.Allocation
+	PriceSnapshot   json.RawMessage
+	ResolvedProfile json.RawMessage
+	ImageSnapshot   json.RawMessage
+	UsageSnapshot   json.RawMessage
+	RequestHash     string
+}
+
+const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,
+	a.placement_status, a.node_id::text, n.name, a.profile_name, a.resolved_profile, a.image_snapshot,
+	a.price_snapshot, a.usage_snapshot, a.ssh_public_keys, a.failure_reason, a.request_hash, a.created_at,
+	a.active_at, a.releasing_at, a.released_at`
+
+func scanAlloc(row interface{ Scan(...any) error }, a *AllocationRecord) error {
+	var profileName string
+	err := row.Scan(&a.ID, &a.TenantID, &a.SKU, &a.CapacityShape, &a.GPUs, &a.Region, &a.Status, &a.PlacementStatus,
+		&a.NodeID, &a.NodeName, &profileName, &a.ResolvedProfile, &a.ImageSnapshot, &a.PriceSnapshot,
+		&a.UsageSnapshot, &a.SSHPublicKeys, &a.FailureReason, &a.RequestHash, &a.CreatedAt, &a.ActiveAt,
+		&a.ReleasingAt, &a.ReleasedAt)
+	a.Profile.Name = profileName
+	return err
+}
+
+// GetAllocation loads an allocation and its claims. tenantID != "" restricts to that tenant
+// (a tenant asking for another tenant's allocation gets ErrNotFound, not a hint it exists).
+func (s *Store) GetAllocation(ctx context.Context, id, tenantID string) (AllocationRecord, error) {
+	return getAllocation(ctx, s.pool, id, tenantID, false)
+}
+
+// GetAllocationForUpdate loads and row-locks an allocation inside a transaction.
+func (t *Tx) GetAllocationForUpdate(ctx context.Context, id, tenantID string) (AllocationRecord, error) {
+	return getAllocation(ctx, t.tx, id, tenantID, true)
+}
+
+// GetAllocation inside a transaction.
+func (t *Tx) GetAllocation(ctx context.Context, id, tenantID string) (AllocationRecord, error) {
+	return getAllocation(ctx, t.tx, id, tenantID, false)
+}
+
+func getAllocation(ctx context.Context, q querier, id, tenantID string, lock bool) (AllocationRecord, error) {
+	var a AllocationRecord
+	sql := `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id
+		WHERE a.id::text = $1 AND ($2 = '' OR a.tenant_id::text = $2)`
+	if lock {
+		sql += ` FOR UPDATE OF a`
+	}
+	if err := scanAlloc(q.QueryRow(ctx, sql, id, tenantID), &a); err != nil {
+		return a, translate(err)
+	}
+	claims, err := listClaims(ctx, q, a.ID)
+	if err != nil {
+		return a, err
+	}
+	a.Claims = claims
+	return a, nil
+}
+
+func listClaims(ctx context.Context, q querier, allocID string) ([]apiv1.Claim, error) {
+	rows, err := q.Query(ctx, `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
+			c.resource_snapshot, c.created_at
+		FROM allocation_resource_claims c WHERE c.allocation_id = $1
+		ORDER BY (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`, allocID)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []apiv1.Claim
+	for rows.Next() {
+		var c apiv1.Claim
+		var snap struct {
+			SlotIndex  *int   `json:"slot_index"`
+			NUMANode   *int   `json:"numa_node"`
+			PCIAddress string `json:"pci_address"`
+			NVMeDevice string `json:"nvme_device"`
+			FabricVF   string `json:"fabric_vf_pci_address"`
+			MACAddress string `json:"mac_address"`
+			PrivateIP  string `json:"private_ip"`
+		}
+		var raw []byte
+		if err := rows.Scan(&c.ID, &c.Kind, &c.Status, &c.NodeID, &c.SlotID, &raw, &c.CreatedAt); err != nil {
+			return nil, translate(err)
+		}
+		if err := json.Unmarshal(raw, &snap); err != nil {
+			return nil, fmt.Errorf("store: claim %s snapshot: %w", c.ID, err)
+		}
+		c.SlotIndex, c.NUMANode, c.PCIAddress, c.NVMeDevice = snap.SlotIndex, snap.NUMANode, snap.PCIAddress, snap.NVMeDevice
+		c.FabricVF, c.MACAddress, c.PrivateIP = snap.FabricVF, snap.MACAddress, snap.PrivateIP
+		out = append(out, c)
+	}
+	return out, translate(rows.Err())
+}
+
+// AllocationFilter narrows ListAllocations.
+type AllocationFilter struct {
+	TenantID string // "" = all tenants (admin)
+	Status   string
+	Limit    int
+}
+
+// ListAllocations returns newest first, without claims.
+func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]AllocationRecord, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 500
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
+		WHERE ($1 = '' OR a.tenant_id::text = $1) AND ($2 = '' OR a.status = $2)
+		ORDER BY a.created_at DESC, a.id LIMIT $3`, f.TenantID, f.Status, f.Limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []AllocationRecord{}
+	for rows.Next() {
+		var a AllocationRecord
+		if err := scanAlloc(rows, &a); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, a)
+	}
+	return out, translate(rows.Err())
+}
+
+// SetAllocationStatus moves an allocation; the database trigger rejects invalid transitions.
+func (t *Tx) SetAllocationStatus(ctx context.Context, id, status, failureReason string, at time.Time) error {
+	_, err := t.tx.Exec(ctx, `UPDATE allocations SET status = $2,
+			failure_reason = CASE WHEN $3 <> '' THEN $3 ELSE failure_reason END,
+			active_at = CASE WHEN $2 = 'active' THEN $4 ELSE active_at END,
+			releasing_at = CASE WHEN $2 = 'releasing' AND releasing_at IS NULL THEN $4 ELSE releasing_at END,
+			released_at = CASE WHEN $2 IN ('released') THEN $4 ELSE released_at END,
+			placement_status = CASE WHEN $2 = 'released' THEN 'released' ELSE placement_status END
+		WHERE id = $1`, id, status, failureReason, at)
+	return translate(err)
+}
+
+// SetClaimsStatus moves every non-final claim of an allocation.
+func (t *Tx) SetClaimsStatus(ctx context.Context, allocID, status string, at time.Time) error {
+	_, err := t.tx.Exec(ctx, `UPDATE allocation_resource_claims SET status = $2,
+			released_at = CASE WHEN $2 IN ('released', 'failed') THEN $3 ELSE NULL END
+		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, allocID, status, at)
+	return translate(err)
+}
+
+// SetSlotStatus moves one slot; the trigger rejects invalid transitions.
+func (t *Tx) SetSlotStatus(ctx context.Context, slotID, status, reason string, health map[string]any) error {
+	h := []byte("null")
+	if health != nil {
+		h, _ = json.Marshal(health)
+	}
+	_, err := t.tx.Exec(ctx, `UPDATE node_resource_slots SET status = $2, status_reason = $3,
+			health_metadata = CASE WHEN $4::jsonb = 'null'::jsonb THEN health_metadata ELSE health_metadata || $4::jsonb END
+		WHERE id = $1`, slotID, status, reason, h)
+	return translate(err)
+}
+
+// QueueOutbox appends an outbox event.
+func (t *Tx) QueueOutbox(ctx context.Context, topic, aggregateID, nodeID string, payload any) error {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return err
+	}
+	_, err = t.tx.Exec(ctx, `INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ($1, $2, $3, $4)`,
+		topic, aggregateID, nullIfEmpty(nodeID), b)
+	return translate(err)
+}

@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+)
+
+// liveClaim is the SQL list of claim states that hold a resource.
+const liveClaim = `('reserved', 'provisioning', 'active', 'releasing')`
+
+const nodeColumns = `n.id::text, n.name, n.status, n.draining, n.region, coalesce(n.tenant_id::text, ''),
+	coalesce(n.sku, ''), coalesce(n.slice_sku, ''), n.profile_tags, n.hardware_tags, n.firmware_profile,
+	n.agent_facts, n.last_heartbeat_at, n.created_at`
+
+func scanNode(row interface{ Scan(...any) error }, n *apiv1.Node) error {
+	return row.Scan(&n.ID, &n.Name, &n.Status, &n.Draining, &n.Region, &n.TenantID, &n.SKU, &n.SliceSKU,
+		&n.ProfileTags, &n.HardwareTags, &n.FirmwareProfile, &n.AgentFacts, &n.LastHeartbeatAt, &n.CreatedAt)
+}
+
+// CreateNode registers a node.
+func (t *Tx) CreateNode(ctx context.Context, in apiv1.NodeCreate) (apiv1.Node, error) {
+	if in.ProfileTags == nil {
+		in.ProfileTags = []string{}
+	}
+	if in.HardwareTags == nil {
+		in.HardwareTags = []string{}
+	}
+	var id string
+	err := t.tx.QueryRow(ctx, `INSERT INTO nodes (name, region, tenant_id, sku, slice_sku, profile_tags, hardware_tags)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id::text`,
+		in.Name, in.Region, nullIfEmpty(in.TenantID), nullIfEmpty(in.SKU), nullIfEmpty(in.SliceSKU),
+		in.ProfileTags, in.HardwareTags).Scan(&id)
+	if err != nil {
+		return apiv1.Node{}, translate(err)
+	}
+	return getNode(ctx, t.tx, id)
+}
+
+// GetNode finds a node by id or name, with its slot summary.
+func (s *Store) GetNode(ctx context.Context, idOrName string) (apiv1.Node, error) {
+	return getNode(ctx, s.pool, idOrName)
+}
+
+// GetNode inside a transaction.
+func (t *Tx) GetNode(ctx context.Context, idOrName string) (apiv1.Node, error) {
+	return getNode(ctx, t.tx, idOrName)
+}
+
+func getNode(ctx context.Context, q querier, idOrName string) (apiv1.Node, error) {
+	var n apiv1.Node
+	err := scanNode(q.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes n
+		WHERE n.name = $1 OR n.id::text = $1`, idOrName), &n)
+	if err != nil {
+		return n, translate(err)
+	}
+	sums, err := slotSummaries(ctx, q, []string{n.ID})
+	if err != nil {
+		return n, err
+	}
+	n.SlotSummary = sums[n.ID]
+	return n, nil
+}
+
+// ListNodes returns every node with slot summaries.
+func (s *Store) ListNodes(ctx context.Context) ([]apiv1.Node, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.name`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []apiv1.Node{}
+	var ids []string
+	for rows.Next() {
+		var n apiv1.Node
+		if err := scanNode(rows, &n); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, n)
+		ids = append(ids, n.ID)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	sums, err := slotSummaries(ctx, s.pool, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].SlotSummary = sums[out[i].ID]
+	}
+	return out, nil
+}
+
+func emptySummary() apiv1.SlotSummary {
+	return apiv1.SlotSummary{ByStatus: map[string]int{}, BySKU: []apiv1.SKUSlots{}}
+}
+
+// slotSummaries aggregates slots and live claims for the given nodes in two queries.
+func slotSummaries(ctx context.Context, q querier, ids []string) (map[string]apiv1.SlotSummary, error) {
+	out := make(map[string]apiv1.SlotSummary, len(ids))
+	for _, id := range ids {
+		out[id] = emptySummary()
+	}
+	rows, err := q.Query(ctx, `SELECT s.node_id::text, s.status, coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku, ''), count(*)
+		FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+		WHERE s.node_id::text = ANY($1) GROUP BY 1, 2, 3 ORDER BY 1, 3`, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node, status, sku string
+		var c int
+		if err := rows.Scan(&node, &status, &sku, &c); err != nil {
+			return nil, translate(err)
+		}
+		sum := out[node]
+		sum.Total += c
+		sum.ByStatus[status] += c
+		if status == "available" && sku != "" {
+			found := false
+			for i := range sum.BySKU {
+				if sum.BySKU[i].SKU == sku {
+					sum.BySKU[i].Available += c
+					found = true
+				}
+			}
+			if !found {
+				sum.BySKU = append(sum.BySKU, apiv1.SKUSlots{SKU: sku, Available: c})
+			}
+		}
+		out[node] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	crow, err := q.Query(ctx, `SELECT node_id::text, claim_kind, count(*) FROM allocation_resource_claims
+		WHERE node_id::text = ANY($1) AND status IN `+liveClaim+` GROUP BY 1, 2`, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer crow.Close()
+	for crow.Next() {
+		var node, kind string
+		var c int
+		if err := crow.Scan(&node, &kind, &c); err != nil {
+			return nil, translate(err)
+		}
+		sum := out[node]
+		if kind == "slot" {
+			sum.LiveSlotClaims = c
+		} else {
+			sum.LiveExclusiveClaims = c
+		}
+		out[node] = sum
+	}
+	return out, translate(crow.Err())
+}
+
+// SetDraining sets or clears the drain flag. Drain is non-disruptive: live claims continue.
+func (t *Tx) SetDraining(ctx context.Context, idOrName string, draining bool) (apiv1.Node, error) {
+	tag, err := t.tx.Exec(ctx, `UPDATE nodes SET draining = $2, updated_at = now() WHERE name = $1 OR id::text = $1`, idOrName, draining)
+	if err != nil {
+		return apiv1.Node{}, translate(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return apiv1.Node{}, ErrNotFound
+	}
+	return getNode(ctx, t.tx, idOrName)
+}
+
+// RecordHeartbeat stores an agent heartbeat and its facts.
+func (s *Store) RecordHeartbeat(ctx context.Context, nodeID string, at time.Time, facts json.RawMessage) error {
+	if facts == nil {
+		facts = json.RawMessage(`{}`)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = $2, agent_facts = $3 WHERE id = $1`, nodeID, at, facts)
+	if err != nil {
+		return translate(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}

@@ -1,0 +1,388 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PlacementQuery selects candidates for one request.
+type PlacementQuery struct {
+	SKU      string
+	Region   string // "" = any region
+	TenantID string
+	// HeartbeatMaxAge excludes nodes whose agent has not reported within it; 0 disables the check.
+	HeartbeatMaxAge time.Duration
+}
+
+// CandidateSlot is one slot that passed every slice filter.
+type CandidateSlot struct {
+	NodeID    string
+	NodeName  string
+	SlotID    string
+	SlotIndex int
+	NUMANode  int // -1 unknown
+}
+
+// sliceBase is the node-level and slot-shape part of the seed-000 slot filter, shared by the
+// candidate query and the diagnosis query so the two can never disagree.
+const sliceBase = `
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+	WHERE n.status = 'active'
+	  AND ($2 = '' OR n.region = $2)
+	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
+	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
+	  AND coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
+	  AND s.status = 'available' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
+	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000
+	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL
+	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
+	                  WHERE c.node_id = n.id AND c.claim_kind = 'node_exclusive' AND c.status IN ` + liveClaim + `)
+	  AND NOT EXISTS (SELECT 1 FROM allocations a
+	                  WHERE a.node_id = n.id AND a.capacity_shape = 'baremetal'
+	                    AND a.status NOT IN ('released', 'failed'))`
+
+// storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys).
+const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
+	  AND coalesce(s.capacity_metadata->>'destructive_wipe_policy', '') <> '')`
+
+const fabricOK = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
+	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''
+	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
+	                  WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
+	                    AND c.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address')
+	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots o
+	                  WHERE o.node_id = s.node_id AND o.id <> s.id AND o.status <> 'disabled'
+	                    AND o.capacity_metadata->>'fabric_vf_pci_address' = s.capacity_metadata->>'fabric_vf_pci_address'))`
+
+func (pq PlacementQuery) args() []any {
+	return []any{pq.SKU, pq.Region, pq.TenantID, pq.HeartbeatMaxAge.Seconds()}
+}
+
+// SliceCandidates returns every slot passing the full filter, ordered by node name and slot index.
+func (t *Tx) SliceCandidates(ctx context.Context, pq PlacementQuery) ([]CandidateSlot, error) {
+	return sliceCandidates(ctx, t.tx, pq)
+}
+
+// SliceCandidates outside a transaction (dry runs, capacity).
+func (s *Store) SliceCandidates(ctx context.Context, pq PlacementQuery) ([]CandidateSlot, error) {
+	return sliceCandidates(ctx, s.pool, pq)
+}
+
+func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]CandidateSlot, error) {
+	rows, err := q.Query(ctx, `SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
+		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+`
+		ORDER BY n.name, s.slot_index`, pq.args()...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []CandidateSlot
+	for rows.Next() {
+		var c CandidateSlot
+		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, c)
+	}
+	return out, translate(rows.Err())
+}
+
+// Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
+type Blockers struct {
+	OnDrainingNodes int // otherwise-eligible slots on draining nodes
+	FabricPolicy    int // excluded by fabric_claim_mode / VF rules
+	StoragePolicy   int // excluded by storage_ownership / wipe policy
+	MaxDrainingNode int // most otherwise-eligible slots on one draining node
+}
+
+// SliceBlockers explains why fewer slots than requested are candidates.
+func (s *Store) SliceBlockers(ctx context.Context, pq PlacementQuery) (Blockers, error) {
+	return sliceBlockers(ctx, s.pool, pq)
+}
+
+// SliceBlockers inside a transaction.
+func (t *Tx) SliceBlockers(ctx context.Context, pq PlacementQuery) (Blockers, error) {
+	return sliceBlockers(ctx, t.tx, pq)
+}
+
+func sliceBlockers(ctx context.Context, q querier, pq PlacementQuery) (Blockers, error) {
+	var b Blockers
+	err := q.QueryRow(ctx, `WITH base AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok `+sliceBase+`)
+		SELECT count(*) FILTER (WHERE draining AND storage_ok AND fabric_ok),
+		       count(*) FILTER (WHERE NOT fabric_ok),
+		       count(*) FILTER (WHERE fabric_ok AND NOT storage_ok),
+		       coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM base WHERE draining AND storage_ok AND fabric_ok GROUP BY node_id) x), 0)
+		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode)
+	return b, translate(err)
+}
+
+// NodeTopology is what the ranking needs to judge fragmentation on a node.
+type NodeTopology struct {
+	GroupSize     map[int]int // NUMA node (-1 unknown) -> approved slots
+	ApprovedSlots int
+	ClaimedSlots  int
+}
+
+// NodeTopologies returns approved-slot topology and live slot-claim counts per node.
+func (t *Tx) NodeTopologies(ctx context.Context, nodeIDs []string) (map[string]NodeTopology, error) {
+	return nodeTopologies(ctx, t.tx, nodeIDs)
+}
+
+// NodeTopologies outside a transaction.
+func (s *Store) NodeTopologies(ctx context.Context, nodeIDs []string) (map[string]NodeTopology, error) {
+	return nodeTopologies(ctx, s.pool, nodeIDs)
+}
+
+func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[string]NodeTopology, error) {
+	out := make(map[string]NodeTopology, len(nodeIDs))
+	for _, id := range nodeIDs {
+		out[id] = NodeTopology{GroupSize: map[int]int{}}
+	}
+	rows, err := q.Query(ctx, `SELECT node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
+		WHERE node_id::text = ANY($1) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
+		GROUP BY 1, 2`, nodeIDs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var numa, c int
+		if err := rows.Scan(&id, &numa, &c); err != nil {
+			return nil, translate(err)
+		}
+		nt := out[id]
+		nt.GroupSize[numa] += c
+		nt.ApprovedSlots += c
+		out[id] = nt
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	crows, err := q.Query(ctx, `SELECT node_id::text, count(*) FROM allocation_resource_claims
+		WHERE node_id::text = ANY($1) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 1`, nodeIDs)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer crows.Close()
+	for crows.Next() {
+		var id string
+		var c int
+		if err := crows.Scan(&id, &c); err != nil {
+			return nil, translate(err)
+		}
+		nt := out[id]
+		nt.ClaimedSlots = c
+		out[id] = nt
+	}
+	return out, translate(crows.Err())
+}
+
+// LockedSlot is a slot locked for reservation, with the device snapshot for its claim.
+type LockedSlot struct {
+	ID        string
+	NodeID    string
+	SlotIndex int
+	FabricVF  string
+	Snapshot  map[string]any
+}
+
+// LockAvailableSlots locks the given slots FOR UPDATE SKIP LOCKED, re-checking under the lock
+// that they are still available. Fewer rows than ids means another scheduler won the race.
+func (t *Tx) LockAvailableSlots(ctx context.Context, ids []string) ([]LockedSlot, error) {
+	rows, err := t.tx.Query(ctx, `SELECT s.id::text, s.node_id::text, s.slot_index,
+			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''),
+			jsonb_build_object('slot_id', s.id, 'slot_index', s.slot_index, 'numa_node', s.numa_node,
+				'pci_address', s.pci_address, 'gpu_model', s.gpu_model, 'gpu_uuid', s.gpu_uuid,
+				'nvme_device', s.nvme_device, 'network_fabric', s.network_fabric,
+				'fabric_pci_address', s.fabric_pci_address,
+				'fabric_vf_pci_address', s.capacity_metadata->>'fabric_vf_pci_address',
+				'mac_address', s.mac_address, 'private_ip', host(s.private_ip),
+				'vcpu_count', s.vcpu_count, 'memory_mib', s.memory_mib,
+				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy')
+		FROM node_resource_slots s
+		WHERE s.id::text = ANY($1) AND s.status = 'available'
+		ORDER BY s.slot_index
+		FOR UPDATE SKIP LOCKED`, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []LockedSlot
+	for rows.Next() {
+		var l LockedSlot
+		if err := rows.Scan(&l.ID, &l.NodeID, &l.SlotIndex, &l.FabricVF, &l.Snapshot); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, l)
+	}
+	return out, translate(rows.Err())
+}
+
+// BaremetalCandidate is a whole node eligible for a baremetal allocation.
+type BaremetalCandidate struct {
+	NodeID        string
+	NodeName      string
+	ApprovedSlots int
+}
+
+const baremetalFilter = `
+	FROM nodes n
+	WHERE n.status = 'active' AND NOT n.draining
+	  AND ($2 = '' OR n.region = $2)
+	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
+	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
+	  AND n.sku = $1
+	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.node_id = n.id AND c.status IN ` + liveClaim + `)
+	  -- slices mid-release, or a disk without wipe proof, block the whole node for baremetal
+	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots s WHERE s.node_id = n.id
+	                  AND s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed'))`
+
+// BaremetalCandidates lists whole nodes a baremetal request could take.
+func (t *Tx) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]BaremetalCandidate, error) {
+	return baremetalCandidates(ctx, t.tx, pq)
+}
+
+// BaremetalCandidates outside a transaction.
+func (s *Store) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]BaremetalCandidate, error) {
+	return baremetalCandidates(ctx, s.pool, pq)
+}
+
+func baremetalCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]BaremetalCandidate, error) {
+	rows, err := q.Query(ctx, `SELECT n.id::text, n.name,
+			(SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status <> 'disabled') `+
+		baremetalFilter+` ORDER BY n.name`, pq.args()...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var out []BaremetalCandidate
+	for rows.Next() {
+		var c BaremetalCandidate
+		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.ApprovedSlots); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, c)
+	}
+	return out, translate(rows.Err())
+}
+
+// BaremetalDraining counts nodes that would be eligible but are draining.
+func (s *Store) BaremetalDraining(ctx context.Context, pq PlacementQuery) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM nodes n WHERE n.draining AND n.status = 'active' AND n.sku = $1
+		AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
+		AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))`, pq.args()...).Scan(&n)
+	return n, translate(err)
+}
+
+// LockNodeForBaremetal locks a node row (SKIP LOCKED) and re-checks the baremetal filter under the lock.
+func (t *Tx) LockNodeForBaremetal(ctx context.Context, pq PlacementQuery, nodeID string) (bool, error) {
+	var id string
+	args := append(pq.args(), nodeID)
+	err := t.tx.QueryRow(ctx, `SELECT n.id::text `+baremetalFilter+` AND n.id::text = $5 FOR UPDATE OF n SKIP LOCKED`, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, translate(err)
+	}
+	return true, nil
+}
+
+// Savepoint runs fn in a nested transaction (SAVEPOINT) so one failed attempt can be
+// rolled back without losing the outer transaction.
+func (t *Tx) Savepoint(ctx context.Context, fn func(*Tx) error) error {
+	sp, err := t.tx.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	if err := fn(&Tx{tx: sp}); err != nil {
+		_ = sp.Rollback(ctx)
+		return err
+	}
+	return translate(sp.Commit(ctx))
+}
+
+// NewAllocation is the row written at reservation.
+type NewAllocation struct {
+	TenantID        string
+	SKU             string
+	CapacityShape   string
+	GPUs            int
+	Region          string
+	NodeID          string
+	ProfileName     string
+	ResolvedProfile any
+	OSImageID       string
+	ImageSnapshot   any
+	PriceSnapshot   any
+	UsageSnapshot   any
+	SSHPublicKeys   []string
+	IdempotencyKey  string
+	RequestHash     string
+}
+
+// NewClaim is one claim row.
+type NewClaim struct {
+	Kind     string
+	NodeID   string
+	SlotID   string
+	FabricVF string
+	Snapshot any
+}
+
+// InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
+// queues the outbox event, all in the caller's transaction.
+func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []NewClaim) (string, error) {
+	js := func(v any) []byte {
+		if v == nil {
+			return []byte("{}")
+		}
+		b, _ := json.Marshal(v)
+		return b
+	}
+	if a.SSHPublicKeys == nil {
+		a.SSHPublicKeys = []string{}
+	}
+	var id string
+	err := t.tx.QueryRow(ctx, `INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id,
+			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
+			ssh_public_keys, idempotency_key, request_hash)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) RETURNING id::text`,
+		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
+		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
+		nullIfEmpty(a.IdempotencyKey), a.RequestHash).Scan(&id)
+	if err != nil {
+		return "", translate(err)
+	}
+	batch := &pgx.Batch{}
+	var slotIDs []string
+	for _, c := range claims {
+		batch.Queue(`INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
+			VALUES ($1, $2, $3, $4, $5, $6)`, id, c.NodeID, nullIfEmpty(c.SlotID), c.Kind, c.FabricVF, js(c.Snapshot))
+		if c.SlotID != "" {
+			slotIDs = append(slotIDs, c.SlotID)
+		}
+	}
+	if len(slotIDs) > 0 {
+		batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id::text = ANY($1)`, slotIDs)
+	}
+	batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`,
+		id, a.NodeID, js(map[string]any{"allocation_id": id, "capacity_shape": a.CapacityShape, "slot_ids": slotIDs}))
+	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
+		return "", translate(err)
+	}
+	return id, nil
+}
+
+// AllocationByIdempotencyKey finds an earlier allocation created with the same key.
+func (t *Tx) AllocationByIdempotencyKey(ctx context.Context, tenantID, key string) (id, requestHash string, err error) {
+	err = t.tx.QueryRow(ctx, `SELECT id::text, request_hash FROM allocations WHERE tenant_id = $1 AND idempotency_key = $2`,
+		tenantID, key).Scan(&id, &requestHash)
+	return id, requestHash, translate(err)
+}

@@ -1,0 +1,195 @@
+// Package store is the controller's only door to PostgreSQL: connection pool, embedded
+// migrations, transactions and every query. Callers never import pgx; database errors are
+// translated here into the sentinel errors below.
+package store
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationsFS embed.FS
+
+// Sentinel errors callers test with errors.Is.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("conflict")
+	ErrInvalid     = errors.New("invalid")
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// Store wraps a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Options tunes the pool.
+type Options struct {
+	MaxConns int32
+}
+
+// Open connects to connString and checks the connection.
+func Open(ctx context.Context, connString string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("store: parse database url: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	} else {
+		cfg.MaxConns = 16 // throughput peaks near 16 connections on this machine class (LAB.md)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: connect: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping reports whether the database answers (readiness).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Migrate applies the embedded migrations to the database at connString and returns the
+// resulting schema version. tern takes an advisory lock, so concurrent controllers are safe.
+func Migrate(ctx context.Context, connString string) (int32, error) {
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		return 0, fmt.Errorf("store: migrate: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	m, err := migrate.NewMigrator(ctx, conn, "public.schema_version")
+	if err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	sub, err := fs.Sub(migrationsFS, "migrations")
+	if err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return 0, fmt.Errorf("store: load migrations: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	v, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	return v, nil
+}
+
+// MigrateForTest matches pgtest.Main's setup signature.
+func MigrateForTest(ctx context.Context, connString string) error {
+	_, err := Migrate(ctx, connString)
+	return err
+}
+
+// Tx is a transaction handle; its methods run inside one database transaction.
+type Tx struct {
+	tx pgx.Tx
+}
+
+// InTx runs fn in a transaction, committing when it returns nil. Serialization failures and
+// deadlocks are retried a few times: they are the database telling us to try again.
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		err = s.inTxOnce(ctx, fn)
+		if !isRetryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if err := fn(&Tx{tx: tx}); err != nil {
+		return err
+	}
+	return translate(tx.Commit(ctx))
+}
+
+func isRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	return false
+}
+
+// DBError carries a translated database error with the constraint that failed, if any.
+type DBError struct {
+	Kind       error
+	Constraint string
+	Detail     string
+	Err        error
+}
+
+func (e *DBError) Error() string {
+	if e.Constraint != "" {
+		return fmt.Sprintf("%v: %s (%s)", e.Kind, e.Detail, e.Constraint)
+	}
+	return fmt.Sprintf("%v: %s", e.Kind, e.Detail)
+}
+
+func (e *DBError) Is(target error) bool { return target == e.Kind }
+func (e *DBError) Unwrap() error        { return e.Err }
+
+// translate maps pgx errors to the package's sentinels; other errors pass through.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01":
+			return err // retried by InTx
+		case "23505", "23P01": // unique_violation, exclusion_violation
+			return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+		case "23503", "23514", "23502", "22P02", "22007", "22008", "22023", "22003":
+			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+		}
+		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57") {
+			return &DBError{Kind: ErrUnavailable, Detail: pgErr.Message, Err: err}
+		}
+		return err
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
+		return &DBError{Kind: ErrUnavailable, Detail: err.Error(), Err: err}
+	}
+	return err
+}
