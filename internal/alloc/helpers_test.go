@@ -1,0 +1,5 @@
+package alloc_test
+
+import "encoding/json"
+
+func jsonRaw(b []byte) json.RawMessage { return json.RawMessage(b) }
