@@ -1,0 +1,144 @@
+// Package e2e runs the testscript suites in testdata/script against the real binaries:
+// gpuaas-controller (with its embedded PostgreSQL) and gpuaasctl, both run in-process by
+// re-executing this test binary.
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gpuaas/gpuaas/internal/cli"
+	"github.com/gpuaas/gpuaas/internal/controller"
+	"github.com/gpuaas/gpuaas/internal/pgserver"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"gpuaasctl": func() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
+		"gpuaas-controller": func() {
+			os.Exit(controller.Main("e2e", os.Args[1:], os.Stdout, os.Stderr))
+		},
+	})
+}
+
+func TestScripts(t *testing.T) {
+	if _, err := pgserver.FindBinDir(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs PostgreSQL server binaries: %v", err)
+		}
+		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
+	}
+	testscript.Run(t, testscript.Params{
+		Dir: filepath.Join("..", "..", "testdata", "script"),
+		Setup: func(env *testscript.Env) error {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			// The embedded PostgreSQL runs as an unprivileged user when we are root: it must
+			// be able to traverse $WORK.
+			if err := os.Chmod(env.WorkDir, 0o755); err != nil {
+				return err
+			}
+			state := filepath.Join(env.WorkDir, "state")
+			env.Setenv("STATE", state)
+			env.Setenv("ADDR", fmt.Sprintf("127.0.0.1:%d", port))
+			env.Setenv("GPUAAS_SERVER", fmt.Sprintf("https://127.0.0.1:%d", port))
+			env.Setenv("GPUAAS_CA_FILE", filepath.Join(state, "tls", "ca.crt"))
+			env.Setenv("GPUAAS_TOKEN_FILE", filepath.Join(state, "admin.token"))
+			env.Setenv("NO_COLOR", "1")
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"waitready": waitReady,
+			"mode":      checkMode,
+			"jsonfield": jsonField,
+		},
+		RequireExplicitExec: true,
+	})
+}
+
+// waitReady polls GET /readyz over HTTPS (trusting the state dir's CA) until it answers 200
+// or the deadline passes. Usage: waitready [timeout]
+func waitReady(ts *testscript.TestScript, neg bool, args []string) {
+	timeout := 90 * time.Second
+	if len(args) == 1 {
+		d, err := time.ParseDuration(args[0])
+		ts.Check(err)
+		timeout = d
+	}
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		pem, err := os.ReadFile(ts.Getenv("GPUAAS_CA_FILE"))
+		if err == nil {
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(pem)
+			c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, "GET", ts.Getenv("GPUAAS_SERVER")+"/readyz", nil)
+			resp, err := c.Do(req)
+			cancel()
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					if neg {
+						ts.Fatalf("controller is ready")
+					}
+					return
+				}
+				err = fmt.Errorf("readyz: %s", resp.Status)
+			}
+			last = err
+		} else {
+			last = err
+		}
+		time.Sleep(100 * time.Millisecond) // poll interval; the deadline bounds the wait
+	}
+	if !neg {
+		ts.Fatalf("controller not ready after %s: %v", timeout, last)
+	}
+}
+
+// checkMode asserts a file's permission bits. Usage: mode 0600 path
+func checkMode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: mode PERM FILE")
+	}
+	fi, err := os.Stat(ts.MkAbs(args[1]))
+	ts.Check(err)
+	got := fmt.Sprintf("%04o", fi.Mode().Perm())
+	if (got == args[0]) == neg {
+		ts.Fatalf("%s has mode %s (want %s%s)", args[1], got, map[bool]string{true: "not ", false: ""}[neg], args[0])
+	}
+}
+
+// jsonField extracts a top-level string field from a JSON file into an env var.
+// Usage: jsonfield FILE FIELD VAR
+func jsonField(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: jsonfield FILE FIELD VAR")
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(ts.ReadFile(args[0])), &m); err != nil {
+		ts.Fatalf("%s: %v", args[0], err)
+	}
+	v, ok := m[args[1]].(string)
+	if !ok {
+		ts.Fatalf("%s has no string field %s", args[0], args[1])
+	}
+	ts.Setenv(args[2], v)
+}
