@@ -60,7 +60,7 @@ func (s *Service) Explain(ctx context.Context, actor Actor, req apiv1.PlacementR
 	}
 	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
 	if len(outcome.Choices) == 0 {
-		return explainError(s.diagnose(ctx, r, outcome))
+		return explainError(s.diagnose(r, outcome, func() (store.Blockers, error) { return s.st.SliceBlockers(ctx, s.query(r)) }))
 	}
 	out.Feasible = true
 	out.Message = sched.Explain(outcome)

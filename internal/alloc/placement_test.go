@@ -84,7 +84,7 @@ func TestOneGPUPrefersNodeAlreadyInSliceMode(t *testing.T) {
 	b := setup(t)
 	b.addNode("a-clean", 1)
 	b.addNode("b-busy", 2, withSlots(0, 1, 2, 3))
-	first, err := b.svc.Create(b.ctx, b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 2}, "")
+	first, _, err := b.svc.Create(b.ctx, b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 2}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +155,16 @@ func TestEightGPUsTakeAFullHost(t *testing.T) {
 		t.Fatalf("8 GPUs on %s", node)
 	}
 	eqIdx(t, idx, 0, 1, 2, 3, 4, 5, 6, 7)
+	// n1 has 7 free slots: not a full host.
 	_, err := b.create(b.tenant, "h200-sxm-slice", 8)
-	if r, _ := unavailableReason(t, err); r != apiv1.ReasonTopologyFragmented {
-		t.Fatalf("reason = %s", r)
+	if r, d := unavailableReason(t, err); r != apiv1.ReasonNoCapacity || d["free_slots"] != 7 {
+		t.Fatalf("reason = %s %v", r, d)
+	}
+	// With 8 free slots spread over two nodes, 8 GPUs are topology-fragmented.
+	b.addNode("n3", 3, withSlots(0))
+	_, err = b.create(b.tenant, "h200-sxm-slice", 8)
+	if r, d := unavailableReason(t, err); r != apiv1.ReasonTopologyFragmented || d["free_slots"] != 8 {
+		t.Fatalf("reason = %s %v", r, d)
 	}
 }
 
@@ -449,7 +456,7 @@ func TestCapacityDistinguishesRawFromTopologySafe(t *testing.T) {
 		t.Fatal(caps, err)
 	}
 	c := caps[0]
-	want := map[string]int{"1": 6, "2": 2, "4": 0, "8": 0}
+	want := map[string]int{"1": 6, "2": 3, "4": 0, "8": 0} // 2-GPU: 1+2, 5+6, then 3+7 spanning groups
 	if c.RawFreeSlots != 6 || !reflect.DeepEqual(c.Launchable, want) || c.BlockedByPolicy != 1 {
 		t.Fatalf("capacity = %+v", c)
 	}

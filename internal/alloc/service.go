@@ -140,13 +140,13 @@ func nodeIDs(cands []store.CandidateSlot) []string {
 }
 
 // diagnose turns an empty slice outcome into sku_unavailable with the most useful reason.
-func (s *Service) diagnose(ctx context.Context, r request, out sched.Outcome) error {
+func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.Blockers, error)) error {
 	details := map[string]any{"requested_gpus": r.gpus, "free_slots": out.FreeSlots,
 		"max_node_free": out.MaxNodeFree, "max_group_free": out.MaxGroupFree}
 	if out.Reason == "topology_fragmented" {
 		return unavailable(apiv1.ReasonTopologyFragmented, out.Message, details)
 	}
-	b, err := s.st.SliceBlockers(ctx, s.query(r))
+	b, err := blockers()
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	}
 	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
 	if len(outcome.Choices) == 0 {
-		return "", s.diagnose(ctx, r, outcome)
+		// Diagnose on this transaction's connection: taking a second pooled connection while
+		// holding one can exhaust the pool under load.
+		return "", s.diagnose(r, outcome, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
 	}
 	lost := 0
 	for i, ch := range outcome.Choices {
@@ -387,7 +389,7 @@ func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Acto
 		}
 		return "", err
 	}
-	drain, err := s.st.BaremetalDraining(ctx, q)
+	drain, err := tx.BaremetalDraining(ctx, q)
 	if err != nil {
 		return "", err
 	}

@@ -135,20 +135,20 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 
 // SetAllocationStatus moves an allocation; the database trigger rejects invalid transitions.
 func (t *Tx) SetAllocationStatus(ctx context.Context, id, status, failureReason string, at time.Time) error {
-	_, err := t.tx.Exec(ctx, `UPDATE allocations SET status = $2,
-			failure_reason = CASE WHEN $3 <> '' THEN $3 ELSE failure_reason END,
-			active_at = CASE WHEN $2 = 'active' THEN $4 ELSE active_at END,
-			releasing_at = CASE WHEN $2 = 'releasing' AND releasing_at IS NULL THEN $4 ELSE releasing_at END,
-			released_at = CASE WHEN $2 IN ('released') THEN $4 ELSE released_at END,
-			placement_status = CASE WHEN $2 = 'released' THEN 'released' ELSE placement_status END
+	_, err := t.tx.Exec(ctx, `UPDATE allocations SET status = $2::text,
+			failure_reason = CASE WHEN $3::text <> '' THEN $3::text ELSE failure_reason END,
+			active_at = CASE WHEN $2::text = 'active' THEN $4::timestamptz ELSE active_at END,
+			releasing_at = CASE WHEN $2::text = 'releasing' AND releasing_at IS NULL THEN $4::timestamptz ELSE releasing_at END,
+			released_at = CASE WHEN $2::text = 'released' THEN $4::timestamptz ELSE released_at END,
+			placement_status = CASE WHEN $2::text = 'released' THEN 'released' ELSE placement_status END
 		WHERE id = $1`, id, status, failureReason, at)
 	return translate(err)
 }
 
 // SetClaimsStatus moves every non-final claim of an allocation.
 func (t *Tx) SetClaimsStatus(ctx context.Context, allocID, status string, at time.Time) error {
-	_, err := t.tx.Exec(ctx, `UPDATE allocation_resource_claims SET status = $2,
-			released_at = CASE WHEN $2 IN ('released', 'failed') THEN $3 ELSE NULL END
+	_, err := t.tx.Exec(ctx, `UPDATE allocation_resource_claims SET status = $2::text,
+			released_at = CASE WHEN $2::text IN ('released', 'failed') THEN $3::timestamptz ELSE NULL END
 		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, allocID, status, at)
 	return translate(err)
 }

@@ -272,9 +272,9 @@ func baremetalCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]B
 }
 
 // BaremetalDraining counts nodes that would be eligible but are draining.
-func (s *Store) BaremetalDraining(ctx context.Context, pq PlacementQuery) (int, error) {
+func (t *Tx) BaremetalDraining(ctx context.Context, pq PlacementQuery) (int, error) {
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM nodes n WHERE n.draining AND n.status = 'active' AND n.sku = $1
+	err := t.tx.QueryRow(ctx, `SELECT count(*) FROM nodes n WHERE n.draining AND n.status = 'active' AND n.sku = $1
 		AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 		AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))`, pq.args()...).Scan(&n)
 	return n, translate(err)
