@@ -41,7 +41,7 @@ func oneOf(field, v string, set string) error {
 }
 
 func isObject(raw json.RawMessage) bool {
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
 	var m map[string]any

@@ -30,6 +30,17 @@ func database(ctx context.Context, cfg Config, log *slog.Logger) (url string, st
 	if cfg.DatabaseURL != "" {
 		return cfg.DatabaseURL, func() {}, nil
 	}
+	if os.Geteuid() == 0 {
+		// The embedded cluster runs as the postgres user, which must traverse the state dir
+		// to reach postgres/. 0711 lets it pass without listing; secrets stay in 0700 tls/
+		// and keys/ and 0600 files.
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return "", nil, err
+		}
+		if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
+			return "", nil, err
+		}
+	}
 	srv, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(cfg.StateDir, "postgres"), Logger: log})
 	if err != nil {
 		return "", nil, fmt.Errorf("embedded postgres: %w", err)

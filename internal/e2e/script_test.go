@@ -39,8 +39,19 @@ func TestScripts(t *testing.T) {
 		}
 		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
 	}
+	// The embedded PostgreSQL runs as an unprivileged user when we are root: every directory
+	// above a script's $WORK must be traversable.
+	root, err := os.MkdirTemp("", "gpuaas-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	testscript.Run(t, testscript.Params{
-		Dir: filepath.Join("..", "..", "testdata", "script"),
+		Dir:         filepath.Join("..", "..", "testdata", "script"),
+		WorkdirRoot: root,
 		Setup: func(env *testscript.Env) error {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -48,8 +59,6 @@ func TestScripts(t *testing.T) {
 			}
 			port := l.Addr().(*net.TCPAddr).Port
 			l.Close()
-			// The embedded PostgreSQL runs as an unprivileged user when we are root: it must
-			// be able to traverse $WORK.
 			if err := os.Chmod(env.WorkDir, 0o755); err != nil {
 				return err
 			}

@@ -42,8 +42,17 @@ type Server struct {
 	dataDir string
 	sockDir string
 	cred    *syscall.Credential
+	lock    *os.File
 	mu      sync.Mutex
 	stopped bool
+}
+
+func (s *Server) unlock() {
+	if s.lock != nil {
+		_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
+		s.lock.Close()
+		s.lock = nil
+	}
 }
 
 // ErrNoBinaries is returned when initdb/pg_ctl cannot be found.
@@ -137,10 +146,23 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.clearStalePid(); err != nil {
+	// One owner per cluster: an exclusive lock held for the Server's lifetime. Holding it
+	// proves any postmaster still running on this data dir is an orphan of a killed owner.
+	lock, err := os.OpenFile(filepath.Join(dir, "pgserver.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("pgserver: %s is in use by another process (lock held)", dir)
+	}
+	s.lock = lock
+	if err := s.clearStalePid(ctx); err != nil {
+		s.unlock()
 		return nil, err
 	}
 	if err := s.start(ctx); err != nil {
+		s.unlock()
 		return nil, err
 	}
 	if err := s.waitReady(ctx, 30*time.Second); err != nil {
@@ -199,9 +221,10 @@ func (s *Server) initdb(ctx context.Context) error {
 	return nil
 }
 
-// clearStalePid removes a postmaster.pid whose process is gone (a killed run); a pid file
-// owned by a live postgres is refused: another process runs this cluster.
-func (s *Server) clearStalePid() error {
+// clearStalePid handles a postmaster.pid left by a killed run. We hold the cluster lock, so
+// no live owner exists: a dead pid's file is removed; a postmaster still running (orphaned
+// when its owner was killed) is stopped cleanly, then started again by us.
+func (s *Server) clearStalePid(ctx context.Context) error {
 	pidFile := filepath.Join(s.dataDir, "postmaster.pid")
 	b, err := os.ReadFile(pidFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -213,7 +236,12 @@ func (s *Server) clearStalePid() error {
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(first))
 	if err == nil && pid > 0 && alivePostgres(pid) {
-		return fmt.Errorf("pgserver: PostgreSQL is already running on %s (pid %d)", s.dataDir, pid)
+		s.opts.Logger.Warn("stopping PostgreSQL orphaned by a previous run", "pid", pid)
+		out, err := s.command(ctx, "pg_ctl", "stop", "-m", "fast", "-w", "-D", s.dataDir).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pgserver: PostgreSQL (pid %d) is running on %s and could not be stopped: %w: %s", pid, s.dataDir, err, tail(string(out)))
+		}
+		return nil
 	}
 	s.opts.Logger.Warn("removing stale postmaster.pid from a previous run", "pid", first)
 	return os.Remove(pidFile)
@@ -329,6 +357,7 @@ func (s *Server) Stop() error {
 	s.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	defer s.unlock()
 	out, err := s.command(ctx, "pg_ctl", "stop", "-m", "fast", "-w", "-D", s.dataDir).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, tail(string(out)))

@@ -140,7 +140,7 @@ func (s *Store) GetImage(ctx context.Context, idOrSlug string) (apiv1.OSImage, e
 }
 
 func jsonObject(raw json.RawMessage) []byte {
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(raw) == "null" {
 		return []byte("{}")
 	}
 	return raw
