@@ -92,7 +92,9 @@ func NewCmdCapacity(f *Factory) *cobra.Command {
 					for k := range cp.Launchable {
 						keys = append(keys, k)
 					}
-					sort.Slice(keys, func(i, j int) bool { return len(keys[i]) < len(keys[j]) || (len(keys[i]) == len(keys[j]) && keys[i] < keys[j]) })
+					sort.Slice(keys, func(i, j int) bool {
+						return len(keys[i]) < len(keys[j]) || (len(keys[i]) == len(keys[j]) && keys[i] < keys[j])
+					})
 					var parts []string
 					for _, k := range keys {
 						parts = append(parts, fmt.Sprintf("%s:%d", k, cp.Launchable[k]))

@@ -244,7 +244,18 @@ func (s *Server) clearStalePid(ctx context.Context) error {
 		return nil
 	}
 	s.opts.Logger.Warn("removing stale postmaster.pid from a previous run", "pid", first)
-	return os.Remove(pidFile)
+	if err := os.Remove(pidFile); err != nil {
+		return err
+	}
+	// The socket lock names the same dead postmaster (perhaps an unreaped zombie, which
+	// PostgreSQL would still take for alive). The socket dir is ours alone under the lock.
+	stale, _ := filepath.Glob(filepath.Join(s.sockDir, ".s.PGSQL.*"))
+	for _, f := range stale {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func alivePostgres(pid int) bool {

@@ -51,10 +51,14 @@ func getSKU(ctx context.Context, q querier, sku string, lock bool) (apiv1.SKU, e
 }
 
 // GetSKU returns one SKU.
-func (s *Store) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) { return getSKU(ctx, s.pool, sku, false) }
+func (s *Store) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) {
+	return getSKU(ctx, s.pool, sku, false)
+}
 
 // GetSKU inside a transaction.
-func (t *Tx) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) { return getSKU(ctx, t.tx, sku, false) }
+func (t *Tx) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) {
+	return getSKU(ctx, t.tx, sku, false)
+}
 
 // PatchSKU updates mutable SKU fields (validated by the caller).
 func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.SKU, error) {
