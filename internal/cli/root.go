@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"strings"
@@ -53,27 +54,33 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid request, 3 unauthorized/forbidden,
 
 // Main runs gpuaasctl and returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	f := &Factory{IO: IOStreams{In: stdin, Out: stdout, ErrOut: stderr}, Getenv: os.Getenv}
+	return Execute(&Factory{IO: IOStreams{In: stdin, Out: stdout, ErrOut: stderr}, Getenv: os.Getenv}, args)
+}
+
+// Execute runs the command tree with f and maps the outcome to an exit code; usage is
+// printed only for flag and argument errors.
+func Execute(f *Factory, args []string) int {
 	root := NewRootCmd(f)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
 	cmd, err := root.ExecuteContextC(context.Background())
-	if err != nil {
-		server := ""
-		if c, cerr := f.Config(); cerr == nil {
-			server = c.Server
-		}
-		printError(stderr, err, server)
-		if _, ok := err.(*FlagError); ok || isCobraUsage(err) {
-			if cmd != nil {
-				_, _ = io.WriteString(stderr, "\n"+cmd.UsageString())
-			}
-			return ExitUsage
-		}
-		return exitCode(err)
+	if err == nil {
+		return ExitOK
 	}
-	return ExitOK
+	server := ""
+	if c, cerr := f.Config(); cerr == nil {
+		server = c.Server
+	}
+	printError(f.IO.ErrOut, err, server)
+	var fe *FlagError
+	if errors.As(err, &fe) || isCobraUsage(err) {
+		if cmd != nil {
+			_, _ = io.WriteString(f.IO.ErrOut, "\n"+cmd.UsageString())
+		}
+		return ExitUsage
+	}
+	return exitCode(err)
 }
 
 // isCobraUsage catches cobra's own argument errors (wrong arg count, unknown command).
