@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
@@ -51,7 +52,7 @@ func New(opts Options) *Server {
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
-		s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpuaas_api_requests_total", Help: "API requests by route and status code.",

@@ -39,11 +39,10 @@ func main() {
 }
 
 type demo struct {
-	bin   string
-	dir   string
-	env   []string
-	step  int
-	admin string
+	bin  string
+	dir  string
+	env  []string
+	step int
 }
 
 func run() error {

@@ -15,9 +15,6 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-func (s *Store) q() querier { return s.pool }
-func (t *Tx) q() querier    { return t.tx }
-
 // nullIfEmpty turns "" into SQL NULL for optional uuid/text columns.
 func nullIfEmpty(s string) any {
 	if s == "" {

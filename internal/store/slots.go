@@ -264,7 +264,7 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		if w.row.ParentSlotIndex != nil {
 			parent = *w.row.ParentSlotIndex
 		}
-		tag, err := t.tx.Exec(ctx, `UPDATE node_resource_slots s SET parent_slot_id =
+		_, err := t.tx.Exec(ctx, `UPDATE node_resource_slots s SET parent_slot_id =
 				(SELECT p.id FROM node_resource_slots p WHERE p.node_id = $1 AND p.slot_index = $3)
 			WHERE s.node_id = $1 AND s.slot_index = $2
 			  AND s.parent_slot_id IS DISTINCT FROM (SELECT p.id FROM node_resource_slots p WHERE p.node_id = $1 AND p.slot_index = $3)`,
@@ -272,7 +272,6 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		if err != nil {
 			return res, translate(err)
 		}
-		_ = tag
 	}
 	for _, idx := range disables {
 		if _, err := t.tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'disabled', status_reason = 'removed from slot map'
