@@ -229,8 +229,15 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		seen[field][v] = idx
 		return nil
 	}
+	indexes := map[int]bool{}
+	for _, sp := range specs {
+		indexes[sp.SlotIndex] = true
+	}
 	for _, sp := range specs {
 		i := sp.SlotIndex
+		if p := sp.ParentSlotIndex; p != nil && (*p == i || !indexes[*p]) {
+			return errInvalid("slot %d: parent_slot_index %d must name another slot in the map", i, *p)
+		}
 		if i < 0 || i > 1023 {
 			return errInvalid("slot_index %d out of range 0..1023", i)
 		}
