@@ -353,7 +353,8 @@ func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []New
 	err := t.tx.QueryRow(ctx, `INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
 			ssh_public_keys, idempotency_key, request_hash)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) RETURNING id::text`,
+		VALUES ($1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)
+		RETURNING id::text`,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
 		nullIfEmpty(a.IdempotencyKey), a.RequestHash).Scan(&id)
