@@ -352,3 +352,35 @@ func TestNodeShowModeAndDrain(t *testing.T) {
 		t.Fatal("undrain did not clear draining")
 	}
 }
+
+func TestCreateSKU(t *testing.T) {
+	b := setup(t)
+	b200 := apiv1.SKU{SKU: "b200-slice", Vendor: "NVIDIA", DisplayName: "B200 GPU VM", CapacityShape: "gpu_slice", GPUsTotal: 8,
+		AllowedGPUCounts: []int{1, 2, 4, 8}, GPUHourlyPriceMinor: 600, NetworkFabric: "infiniband", Active: true,
+		ResourceProfile: []byte(`{"default_slice_vm_profile":"b200_1g","slice_vm_profiles":{"b200_1g":{"gpu_count":1,"vcpu_count":28,"memory_mib":131072}}}`)}
+	var out apiv1.SKU
+	b.must("POST", "/api/v1/admin/skus", b.admin, b200, 201, &out)
+	if out.SKU != "b200-slice" || out.ExclusiveNode || out.Currency != "USD" {
+		t.Fatalf("created = %+v", out)
+	}
+	if code, _ := b.do("POST", "/api/v1/admin/skus", b.admin, b200); code != 409 {
+		t.Fatalf("duplicate SKU = %d", code)
+	}
+	bad := b200
+	bad.SKU, bad.AllowedGPUCounts = "b200-bad", []int{4, 2}
+	if code, body := b.do("POST", "/api/v1/admin/skus", b.admin, bad); code != 400 || !strings.Contains(string(body), "increasing") {
+		t.Fatalf("unordered counts = %d %s", code, body)
+	}
+	bm := apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA", DisplayName: "B200 node", CapacityShape: "baremetal", GPUsTotal: 8, AllowedGPUCounts: []int{1, 8}}
+	if code, body := b.do("POST", "/api/v1/admin/skus", b.admin, bm); code != 400 || !strings.Contains(string(body), "whole node") {
+		t.Fatalf("baremetal with partial counts = %d %s", code, body)
+	}
+	bm.AllowedGPUCounts = []int{8}
+	b.must("POST", "/api/v1/admin/skus", b.admin, bm, 201, &out)
+	if !out.ExclusiveNode {
+		t.Fatal("baremetal SKU not exclusive")
+	}
+	if code, _ := b.do("POST", "/api/v1/admin/skus", b.tenant, bm); code != 401 && code != 403 {
+		t.Fatalf("tenant created a SKU: %d", code)
+	}
+}

@@ -75,7 +75,7 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 	if p.GPUHourlyPriceMinor != nil && *p.GPUHourlyPriceMinor < 0 {
 		return errInvalid("gpu_hourly_price_minor must be >= 0")
 	}
-	if p.ResourceProfile != nil {
+	if p.ResourceProfile != nil && len(*p.ResourceProfile) > 0 && string(*p.ResourceProfile) != "null" {
 		var rp struct {
 			Default  string `json:"default_slice_vm_profile"`
 			Profiles map[string]struct {
@@ -138,6 +138,73 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+var skuRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
+
+func (s *Server) createSKU(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.SKU
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if !skuRE.MatchString(req.SKU) {
+		return errInvalid("sku must match %s", skuRE)
+	}
+	if req.Vendor == "" || req.DisplayName == "" {
+		return errInvalid("vendor and display_name are required")
+	}
+	if req.CapacityShape != "gpu_slice" && req.CapacityShape != "baremetal" {
+		return errInvalid("capacity_shape must be gpu_slice or baremetal")
+	}
+	if req.GPUsTotal <= 0 || req.GPUsTotal > 64 {
+		return errInvalid("gpus_total must be 1..64")
+	}
+	if req.NetworkFabric == "" {
+		req.NetworkFabric = "none"
+	}
+	if err := oneOf("network_fabric", req.NetworkFabric, "image_fabric"); err != nil || req.NetworkFabric == "any" {
+		return errInvalid("network_fabric must be infiniband, roce, ethernet or none")
+	}
+	if req.Currency != "" && !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(req.Currency) {
+		return errInvalid("currency must be an ISO 4217 code such as USD")
+	}
+	if req.CapacityShape == "baremetal" && (len(req.AllowedGPUCounts) != 1 || req.AllowedGPUCounts[0] != req.GPUsTotal) {
+		return errInvalid("a baremetal SKU sells the whole node: allowed_gpu_counts must be [gpus_total]")
+	}
+	rp := req.ResourceProfile
+	if err := validateSKUPatch(req, apiv1.SKUPatch{AllowedGPUCounts: orEmpty(req.AllowedGPUCounts),
+		GPUHourlyPriceMinor: &req.GPUHourlyPriceMinor, ResourceProfile: &rp}); err != nil {
+		return err
+	}
+	if req.CapacityShape == "gpu_slice" {
+		var prof struct {
+			Default string `json:"default_slice_vm_profile"`
+		}
+		if json.Unmarshal(rp, &prof) != nil || prof.Default == "" {
+			return errInvalid("a gpu_slice SKU needs resource_profile.default_slice_vm_profile and slice_vm_profiles")
+		}
+	}
+	var out apiv1.SKU
+	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		var err error
+		if out, err = tx.CreateSKU(r.Context(), req); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "sku.create", "sku", out.SKU, req))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// orEmpty makes a nil slice an empty one so validation reports it as missing.
+func orEmpty(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return v
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request, _ Principal) error {

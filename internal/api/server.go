@@ -176,6 +176,7 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/disable", adminOnly, s.setSlotEnabled(false), "Disable a slot", nil, apiv1.Slot{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/enable", adminOnly, s.setSlotEnabled(true), "Enable a disabled slot", nil, apiv1.Slot{}, 200},
 		{"GET", "/api/v1/admin/skus", adminOnly, s.listSKUs, "List all SKUs", nil, apiv1.List[apiv1.SKU]{}, 200},
+		{"POST", "/api/v1/admin/skus", adminOnly, s.createSKU, "Add a SKU", apiv1.SKU{}, apiv1.SKU{}, 201},
 		{"PATCH", "/api/v1/admin/skus/{sku}", adminOnly, s.patchSKU, "Update a SKU", apiv1.SKUPatch{}, apiv1.SKU{}, 200},
 		{"GET", "/api/v1/admin/os-images", adminOnly, s.listImages, "List OS images (query: target, active, family)", nil, apiv1.List[apiv1.OSImage]{}, 200},
 		{"POST", "/api/v1/admin/os-images", adminOnly, s.createImage, "Register an OS image (digest required)", apiv1.OSImage{}, apiv1.OSImage{}, 201},

@@ -65,7 +65,32 @@ func NewCmdSKUs(f *Factory) *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&all, "all", false, "include inactive SKUs (admin)")
-	cmd.AddCommand(list)
+	var file string
+	create := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Add a SKU from a YAML or JSON description (admin)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			var in apiv1.SKU
+			if err := readStrict(file, &in); err != nil {
+				return err
+			}
+			cfg, c, err := setup(f)
+			if err != nil {
+				return err
+			}
+			out, err := c.CreateSKU(ctxb(), in)
+			if err != nil {
+				return err
+			}
+			return render(f.IO.Out, cfg.Output, out, func(t *tabwriter.Writer) {
+				row(t, "SKU", "SHAPE", "GPU COUNTS", "PRICE/GPU-HOUR")
+				row(t, out.SKU, out.CapacityShape, joinInts(out.AllowedGPUCounts), money(out.GPUHourlyPriceMinor, out.Currency))
+			})
+		},
+	}
+	create.Flags().StringVarP(&file, "file", "f", "", "SKU description")
+	cmd.AddCommand(list, create)
 	return cmd
 }
 
@@ -134,23 +159,9 @@ func NewCmdImages(f *Factory) *cobra.Command {
 		Short: "Register an image from a YAML or JSON description (digest_sha256 required)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if file == "" {
-				return &FlagError{Err: fmt.Errorf("-f FILE is required")}
-			}
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return &FlagError{Err: err}
-			}
-			var generic any
-			if err := yaml.Unmarshal(b, &generic); err != nil {
-				return &FlagError{Err: fmt.Errorf("%s: %w", file, err)}
-			}
-			j, _ := json.Marshal(generic)
 			var im apiv1.OSImage
-			dec := json.NewDecoder(strings.NewReader(string(j)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&im); err != nil {
-				return &FlagError{Err: fmt.Errorf("%s: %w", file, err)}
+			if err := readStrict(file, &im); err != nil {
+				return err
 			}
 			cfg, c, err := setup(f)
 			if err != nil {
@@ -312,4 +323,30 @@ func NewCmdAudit(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "entries to show (1..1000)")
 	return cmd
+}
+
+// readStrict decodes a YAML or JSON file into v using the API's JSON field names, rejecting
+// unknown keys (a typo must not silently drop a field).
+func readStrict(path string, v any) error {
+	if path == "" {
+		return &FlagError{Err: fmt.Errorf("-f FILE is required")}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return &FlagError{Err: err}
+	}
+	var generic any
+	if err := yaml.Unmarshal(b, &generic); err != nil {
+		return &FlagError{Err: fmt.Errorf("%s: %w", path, err)}
+	}
+	j, err := json.Marshal(generic)
+	if err != nil {
+		return &FlagError{Err: fmt.Errorf("%s: %w", path, err)}
+	}
+	dec := json.NewDecoder(strings.NewReader(string(j)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &FlagError{Err: fmt.Errorf("%s: %w", path, err)}
+	}
+	return nil
 }

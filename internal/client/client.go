@@ -166,6 +166,13 @@ func (c *Client) ListSKUs(ctx context.Context, admin bool) ([]apiv1.SKU, error) 
 	return out.Items, err
 }
 
+// CreateSKU adds a SKU.
+func (c *Client) CreateSKU(ctx context.Context, s apiv1.SKU) (*apiv1.SKU, error) {
+	var out apiv1.SKU
+	_, err := c.do(ctx, "POST", "/api/v1/admin/skus", nil, s, &out, nil)
+	return &out, err
+}
+
 // PatchSKU updates a SKU.
 func (c *Client) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (*apiv1.SKU, error) {
 	var out apiv1.SKU

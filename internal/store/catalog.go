@@ -60,6 +60,22 @@ func (t *Tx) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) {
 	return getSKU(ctx, t.tx, sku, false)
 }
 
+// CreateSKU adds a product (validated by the caller; the schema re-checks shape rules).
+func (t *Tx) CreateSKU(ctx context.Context, in apiv1.SKU) (apiv1.SKU, error) {
+	if in.Currency == "" {
+		in.Currency = "USD"
+	}
+	_, err := t.tx.Exec(ctx, `INSERT INTO sku_catalog (sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total,
+			allowed_gpu_counts, gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
+		in.SKU, in.Vendor, in.DisplayName, in.AcceleratorModel, in.CapacityShape, in.GPUsTotal, in.AllowedGPUCounts,
+		in.GPUHourlyPriceMinor, in.Currency, in.NetworkFabric, in.CapacityShape == "baremetal", jsonObject(in.ResourceProfile), in.Active)
+	if err != nil {
+		return apiv1.SKU{}, translate(err)
+	}
+	return getSKU(ctx, t.tx, in.SKU, false)
+}
+
 // PatchSKU updates mutable SKU fields (validated by the caller).
 func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.SKU, error) {
 	cur, err := getSKU(ctx, t.tx, sku, true)
