@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
@@ -24,7 +26,7 @@ const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.
 	a.price_snapshot, a.usage_snapshot, a.ssh_public_keys, a.failure_reason, a.request_hash, a.created_at,
 	a.active_at, a.releasing_at, a.released_at`
 
-func scanAlloc(row interface{ Scan(...any) error }, a *AllocationRecord) error {
+func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string
 	err := row.Scan(&a.ID, &a.TenantID, &a.SKU, &a.CapacityShape, &a.GPUs, &a.Region, &a.Status, &a.PlacementStatus,
 		&a.NodeID, &a.NodeName, &profileName, &a.ResolvedProfile, &a.ImageSnapshot, &a.PriceSnapshot,
@@ -115,22 +117,9 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 	if f.Limit <= 0 || f.Limit > 1000 {
 		f.Limit = 500
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
+	return queryAll(ctx, s.pool, scanAlloc, `SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
 		WHERE ($1 = '' OR a.tenant_id::text = $1) AND ($2 = '' OR a.status = $2)
 		ORDER BY a.created_at DESC, a.id LIMIT $3`, f.TenantID, f.Status, f.Limit)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []AllocationRecord{}
-	for rows.Next() {
-		var a AllocationRecord
-		if err := scanAlloc(rows, &a); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, a)
-	}
-	return out, translate(rows.Err())
 }
 
 // SetAllocationStatus moves an allocation; the database trigger rejects invalid transitions.

@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
 const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total, allowed_gpu_counts,
 	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at`
 
-func scanSKU(row interface{ Scan(...any) error }, s *apiv1.SKU) error {
+func scanSKU(row pgx.Row, s *apiv1.SKU) error {
 	var counts []int32
 	err := row.Scan(&s.SKU, &s.Vendor, &s.DisplayName, &s.AcceleratorModel, &s.CapacityShape, &s.GPUsTotal, &counts,
 		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, &s.ResourceProfile, &s.Active,
@@ -25,20 +27,7 @@ func scanSKU(row interface{ Scan(...any) error }, s *apiv1.SKU) error {
 
 // ListSKUs returns SKUs by name; activeOnly hides switched-off products.
 func (s *Store) ListSKUs(ctx context.Context, activeOnly bool) ([]apiv1.SKU, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+skuColumns+` FROM sku_catalog WHERE active OR NOT $1 ORDER BY sku`, activeOnly)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []apiv1.SKU{}
-	for rows.Next() {
-		var sk apiv1.SKU
-		if err := scanSKU(rows, &sk); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, sk)
-	}
-	return out, translate(rows.Err())
+	return queryAll(ctx, s.pool, scanSKU, `SELECT `+skuColumns+` FROM sku_catalog WHERE active OR NOT $1 ORDER BY sku`, activeOnly)
 }
 
 func getSKU(ctx context.Context, q querier, sku string, lock bool) (apiv1.SKU, error) {
@@ -111,7 +100,7 @@ const imageColumns = `id::text, slug, display_name, version, target, family, arc
 	cloud_init_supported, guest_agent_supported, default_username, driver_strategy, compatibility_metadata,
 	is_default, active, created_at, updated_at, retired_at`
 
-func scanImage(row interface{ Scan(...any) error }, i *apiv1.OSImage) error {
+func scanImage(row pgx.Row, i *apiv1.OSImage) error {
 	return row.Scan(&i.ID, &i.Slug, &i.DisplayName, &i.Version, &i.Target, &i.Family, &i.Architecture, &i.AcceleratorVendor,
 		&i.NetworkFabric, &i.ImageFormat, &i.SourceType, &i.SourceRef, &i.DigestSHA256, &i.SizeBytes,
 		&i.CloudInitSupported, &i.GuestAgentSupported, &i.DefaultUsername, &i.DriverStrategy, &i.CompatibilityMetadata,
@@ -127,22 +116,9 @@ type ImageFilter struct {
 
 // ListImages returns images by slug.
 func (s *Store) ListImages(ctx context.Context, f ImageFilter) ([]apiv1.OSImage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+imageColumns+` FROM os_images
+	return queryAll(ctx, s.pool, scanImage, `SELECT `+imageColumns+` FROM os_images
 		WHERE ($1 = '' OR target = $1) AND ($2 = '' OR family = $2) AND ($3::bool IS NULL OR active = $3)
 		ORDER BY slug`, f.Target, f.Family, f.Active)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []apiv1.OSImage{}
-	for rows.Next() {
-		var im apiv1.OSImage
-		if err := scanImage(rows, &im); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, im)
-	}
-	return out, translate(rows.Err())
 }
 
 func getImage(ctx context.Context, q querier, idOrSlug string, lock bool) (apiv1.OSImage, error) {

@@ -22,3 +22,21 @@ func nullIfEmpty(s string) any {
 	}
 	return s
 }
+
+// queryAll runs a query and scans every row with scan; the one place rows are iterated.
+func queryAll[T any](ctx context.Context, q querier, scan func(pgx.Row, *T) error, sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, v)
+	}
+	return out, translate(rows.Err())
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
@@ -15,7 +17,7 @@ const nodeColumns = `n.id::text, n.name, n.status, n.draining, n.region, coalesc
 	coalesce(n.sku, ''), coalesce(n.slice_sku, ''), n.profile_tags, n.hardware_tags, n.firmware_profile,
 	n.agent_facts, n.last_heartbeat_at, n.created_at`
 
-func scanNode(row interface{ Scan(...any) error }, n *apiv1.Node) error {
+func scanNode(row pgx.Row, n *apiv1.Node) error {
 	return row.Scan(&n.ID, &n.Name, &n.Status, &n.Draining, &n.Region, &n.TenantID, &n.SKU, &n.SliceSKU,
 		&n.ProfileTags, &n.HardwareTags, &n.FirmwareProfile, &n.AgentFacts, &n.LastHeartbeatAt, &n.CreatedAt)
 }
@@ -66,23 +68,13 @@ func getNode(ctx context.Context, q querier, idOrName string) (apiv1.Node, error
 
 // ListNodes returns every node with slot summaries.
 func (s *Store) ListNodes(ctx context.Context) ([]apiv1.Node, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.name`)
+	out, err := queryAll(ctx, s.pool, scanNode, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.name`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := []apiv1.Node{}
-	var ids []string
-	for rows.Next() {
-		var n apiv1.Node
-		if err := scanNode(rows, &n); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, n)
-		ids = append(ids, n.ID)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
+	ids := make([]string, len(out))
+	for i, n := range out {
+		ids[i] = n.ID
 	}
 	sums, err := slotSummaries(ctx, s.pool, ids)
 	if err != nil {

@@ -73,22 +73,11 @@ func (s *Store) SliceCandidates(ctx context.Context, pq PlacementQuery) ([]Candi
 }
 
 func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]CandidateSlot, error) {
-	rows, err := q.Query(ctx, `SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
+	return queryAll(ctx, q, func(r pgx.Row, c *CandidateSlot) error {
+		return r.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode)
+	}, `SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
 		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+`
 		ORDER BY n.name, s.slot_index`, pq.args()...)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	var out []CandidateSlot
-	for rows.Next() {
-		var c CandidateSlot
-		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, c)
-	}
-	return out, translate(rows.Err())
 }
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
@@ -253,22 +242,11 @@ func (s *Store) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]B
 }
 
 func baremetalCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]BaremetalCandidate, error) {
-	rows, err := q.Query(ctx, `SELECT n.id::text, n.name,
+	return queryAll(ctx, q, func(r pgx.Row, c *BaremetalCandidate) error {
+		return r.Scan(&c.NodeID, &c.NodeName, &c.ApprovedSlots)
+	}, `SELECT n.id::text, n.name,
 			(SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status <> 'disabled') `+
 		baremetalFilter+` ORDER BY n.name`, pq.args()...)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	var out []BaremetalCandidate
-	for rows.Next() {
-		var c BaremetalCandidate
-		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.ApprovedSlots); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, c)
-	}
-	return out, translate(rows.Err())
 }
 
 // BaremetalDraining counts nodes that would be eligible but are draining.

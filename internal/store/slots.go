@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
@@ -18,7 +20,7 @@ const slotColumns = `s.id::text, s.node_id::text, s.slot_index, s.capacity_shape
 	coalesce((SELECT c.allocation_id::text FROM allocation_resource_claims c
 	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at`
 
-func scanSlot(row interface{ Scan(...any) error }, s *apiv1.Slot) error {
+func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 	return row.Scan(&s.ID, &s.NodeID, &s.SlotIndex, &s.CapacityShape, &s.Status, &s.StatusReason, &s.ParentSlotID,
 		&s.SharingModel, &s.ProfileName, &s.GPUModel, &s.GPUCount, &s.PCIAddress, &s.GPUUUID, &s.MIGProfile,
 		&s.GPUMemoryMiB, &s.ComputeMilli, &s.MaxClaims, &s.NVMeDevice, &s.NetworkFabric, &s.NetworkDevice,
@@ -36,20 +38,7 @@ func listSlots(ctx context.Context, q querier, nodeID string, forUpdate bool) ([
 	if forUpdate {
 		sql += ` FOR UPDATE OF s`
 	}
-	rows, err := q.Query(ctx, sql, nodeID)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []apiv1.Slot{}
-	for rows.Next() {
-		var sl apiv1.Slot
-		if err := scanSlot(rows, &sl); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, sl)
-	}
-	return out, translate(rows.Err())
+	return queryAll(ctx, q, scanSlot, sql, nodeID)
 }
 
 // slotRow is the comparable, writable part of a slot (what a slot map declares).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
@@ -17,20 +19,9 @@ func (t *Tx) CreateTenant(ctx context.Context, name string) (apiv1.Tenant, error
 
 // ListTenants returns all tenants by name.
 func (s *Store) ListTenants(ctx context.Context) ([]apiv1.Tenant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id::text, name, created_at FROM tenants ORDER BY name`)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := []apiv1.Tenant{}
-	for rows.Next() {
-		var tn apiv1.Tenant
-		if err := rows.Scan(&tn.ID, &tn.Name, &tn.CreatedAt); err != nil {
-			return nil, translate(err)
-		}
-		out = append(out, tn)
-	}
-	return out, translate(rows.Err())
+	return queryAll(ctx, s.pool, func(r pgx.Row, tn *apiv1.Tenant) error {
+		return r.Scan(&tn.ID, &tn.Name, &tn.CreatedAt)
+	}, `SELECT id::text, name, created_at FROM tenants ORDER BY name`)
 }
 
 // TokenRecord is a stored API token (hash only).
