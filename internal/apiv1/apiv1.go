@@ -96,7 +96,7 @@ type Node struct {
 	HardwareTags    []string        `json:"hardware_tags"`
 	FirmwareProfile json.RawMessage `json:"firmware_profile"`
 	AgentFacts      json.RawMessage `json:"agent_facts"`
-	LastHeartbeatAt *time.Time      `json:"last_heartbeat_at,omitempty"`
+	LastHeartbeatAt *time.Time      `json:"last_heartbeat,omitempty"`
 	CreatedAt       time.Time       `json:"created_at"`
 	Mode            string          `json:"mode"`
 	Schedulable     Schedulable     `json:"schedulable"`
