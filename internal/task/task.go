@@ -1,0 +1,151 @@
+// Package task defines the typed tasks the controller sends to hosts and the signed
+// envelope that carries them. Both sides share these types: there is no generic shell task,
+// ever; every type has a typed payload and a typed output. The controller signs an
+// envelope with its ed25519 task-signing key; hostd verifies signature, node binding,
+// validity window, known type and replay before running anything.
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Type names a task kind.
+type Type string
+
+// The task types. Adding one means adding its payload and output types below and a handler
+// on the host.
+const (
+	TypeTopologyDiscover Type = "slice.topology_discover"
+	TypeStorageTransit   Type = "slice.storage_transition"
+	TypeVMProvision      Type = "slice.vm_provision"
+	TypeVMRelease        Type = "slice.vm_release"
+	TypeReconcile        Type = "slice.reconcile"
+	TypeTerminalOpen     Type = "terminal.open"
+)
+
+// Known reports whether t is a task type this build understands.
+func Known(t Type) bool {
+	_, ok := payloadTypes[t]
+	return ok
+}
+
+// Bundle is one slot of an accepted placement plan (seed 004 "GPU Slice Bundle Model").
+type Bundle struct {
+	SlotID          string `json:"slot_id"`
+	SlotIndex       int    `json:"slot_index"`
+	GPUPCI          string `json:"gpu_pci"`
+	FabricParentPCI string `json:"fabric_parent_pci,omitempty"`
+	FabricVFPCI     string `json:"fabric_vf_pci"`
+	NVMeDevice      string `json:"nvme_device"`
+	NUMANode        *int   `json:"numa_node"`
+	MACAddress      string `json:"mac_address"`
+	PrivateIP       string `json:"private_ip"`
+	WipePolicy      string `json:"destructive_wipe_policy"`
+	VCPUCount       int    `json:"vcpu_count,omitempty"`
+	MemoryMiB       int    `json:"memory_mib,omitempty"`
+}
+
+// Image is the boot image of a slice, pinned by digest.
+type Image struct {
+	ID           string `json:"id"`
+	Slug         string `json:"slug"`
+	SourceType   string `json:"source_type"`
+	SourceRef    string `json:"source_ref"`
+	DigestSHA256 string `json:"digest_sha256"`
+	Format       string `json:"image_format"`
+	Username     string `json:"default_username"`
+}
+
+// Profile is the resolved VM shape.
+type Profile struct {
+	Name      string          `json:"name"`
+	GPUCount  int             `json:"gpu_count"`
+	VCPUCount int             `json:"vcpu_count"`
+	MemoryMiB int             `json:"memory_mib"`
+	Hugepages json.RawMessage `json:"hugepages,omitempty"`
+}
+
+// VMProvision is the payload of slice.vm_provision: the whole accepted plan.
+type VMProvision struct {
+	AllocationID  string   `json:"allocation_id"`
+	Bundles       []Bundle `json:"bundles"`
+	Profile       Profile  `json:"profile"`
+	Image         Image    `json:"image"`
+	SSHPublicKeys []string `json:"ssh_public_keys,omitempty"`
+}
+
+// VMRelease is the payload of slice.vm_release.
+type VMRelease struct {
+	AllocationID     string   `json:"allocation_id"`
+	Bundles          []Bundle `json:"bundles"`
+	Wipe             bool     `json:"wipe"`
+	GracefulTimeoutS int      `json:"graceful_timeout_s"`
+}
+
+// TopologyDiscover is the payload of slice.topology_discover.
+type TopologyDiscover struct {
+	IncludeHugepages bool `json:"include_hugepages"`
+}
+
+// StorageTransition is the payload of slice.storage_transition.
+type StorageTransition struct {
+	Devices []string `json:"devices"` // /dev/disk/by-id paths
+	To      string   `json:"to"`      // slice | host_share
+	Apply   bool     `json:"apply"`   // false = dry run
+}
+
+// Reconcile is the payload of slice.reconcile.
+type Reconcile struct {
+	AllocationIDs []string `json:"allocation_ids"`
+}
+
+// TerminalOpen is the payload of terminal.open.
+type TerminalOpen struct {
+	SessionID    string `json:"session_id"`
+	AllocationID string `json:"allocation_id"`
+	Mode         string `json:"mode"` // terminal | stdio
+}
+
+var payloadTypes = map[Type]func() any{
+	TypeTopologyDiscover: func() any { return &TopologyDiscover{} },
+	TypeStorageTransit:   func() any { return &StorageTransition{} },
+	TypeVMProvision:      func() any { return &VMProvision{} },
+	TypeVMRelease:        func() any { return &VMRelease{} },
+	TypeReconcile:        func() any { return &Reconcile{} },
+	TypeTerminalOpen:     func() any { return &TerminalOpen{} },
+}
+
+// DecodePayload decodes an envelope's payload into the type's struct, rejecting unknown
+// fields so a payload from a newer controller is never half-understood.
+func DecodePayload(t Type, raw json.RawMessage) (any, error) {
+	mk, ok := payloadTypes[t]
+	if !ok {
+		return nil, fmt.Errorf("unknown task type %q", t)
+	}
+	v := mk()
+	if err := strictUnmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("%s payload: %w", t, err)
+	}
+	return v, nil
+}
+
+// Phase is one timed step of a task's execution.
+type Phase struct {
+	Name       string    `json:"name"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	Status     string    `json:"status"` // ok | failed | skipped
+	Error      string    `json:"error,omitempty"`
+}
+
+// Result is what a host reports for a task.
+type Result struct {
+	TaskID  string          `json:"task_id"`
+	Attempt int             `json:"attempt"`
+	Status  string          `json:"status"` // succeeded | failed | refused
+	Output  json.RawMessage `json:"output,omitempty"`
+	Phases  []Phase         `json:"phases"`
+	Error   string          `json:"error,omitempty"`
+}
