@@ -28,6 +28,9 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request, p Prin
 		status = http.StatusOK
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
+	if !replayed {
+		s.kick()
+	}
 	w.Header().Set("Location", "/api/v1/allocations/"+out.ID)
 	writeJSON(w, status, out)
 	return nil
@@ -56,6 +59,7 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	if err != nil {
 		return err
 	}
+	s.kick()
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -80,4 +84,11 @@ func (s *Server) capacity(w http.ResponseWriter, r *http.Request, p Principal) e
 	}
 	writeJSON(w, http.StatusOK, apiv1.List[apiv1.Capacity]{Items: items})
 	return nil
+}
+
+// kick wakes the dispatcher's outbox worker after an allocation change committed.
+func (s *Server) kick() {
+	if s.dispatch != nil {
+		s.dispatch.Kick()
+	}
 }

@@ -17,6 +17,7 @@ type Principal struct {
 	Name     string
 	Role     string // admin | tenant
 	TenantID string
+	NodeID   string // role node: the enrolled node
 }
 
 // IsAdmin reports whether the caller holds the admin role.

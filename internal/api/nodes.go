@@ -63,6 +63,9 @@ func (s *Server) createNode(w http.ResponseWriter, r *http.Request, p Principal)
 		if out, err = tx.CreateNode(r.Context(), req); err != nil {
 			return err
 		}
+		if out.BootstrapToken, out.BootstrapTokenExpiresAt, err = issueBootstrapToken(r, tx, out.ID); err != nil {
+			return err
+		}
 		return tx.Audit(r.Context(), audit(r, p, "node.create", "node", out.ID, req))
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,10 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/dispatch"
+	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // Options configures the API.
@@ -28,6 +32,12 @@ type Options struct {
 	Version string
 	// Registry receives the API's metrics; nil makes a private one.
 	Registry *prometheus.Registry
+	// Dispatch delivers node tasks; nil disables the agent endpoints.
+	Dispatch *dispatch.Dispatcher
+	// CA signs node certificates at enrollment; SigningPub is the task-signing public key
+	// (PEM) handed to enrolling hosts to pin.
+	CA         *pki.CA
+	SigningPub []byte
 }
 
 // Server serves the API.
@@ -39,6 +49,10 @@ type Server struct {
 	mux     *http.ServeMux
 	reg     *prometheus.Registry
 
+	dispatch   *dispatch.Dispatcher
+	ca         *pki.CA
+	signingPub []byte
+	hb         heartbeats
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -46,7 +60,8 @@ type Server struct {
 
 // New builds the API handler tree.
 func New(opts Options) *Server {
-	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry}
+	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
+		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{last: map[string]time.Time{}}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -78,6 +93,7 @@ const (
 	public role = iota
 	anyUser
 	adminOnly
+	nodeOnly // mTLS node certificate
 )
 
 // handlerFunc is an authenticated handler; returning an error writes it as apiv1.Error.
@@ -107,7 +123,9 @@ func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
 
 		var p Principal
 		var err error
-		if need != public {
+		if need == nodeOnly {
+			p, err = s.authenticateNode(r)
+		} else if need != public {
 			p, err = s.authenticate(r)
 			if err == nil && need == adminOnly && p.Role != "admin" {
 				err = errForbidden("admin role required")
@@ -189,6 +207,16 @@ func (s *Server) table() []route {
 		}{}, apiv1.Tenant{}, 201},
 		{"GET", "/api/v1/admin/tenants", adminOnly, s.listTenants, "List tenants", nil, apiv1.List[apiv1.Tenant]{}, 200},
 		{"POST", "/api/v1/admin/tokens", adminOnly, s.createToken, "Create an API token (shown once)", apiv1.TokenCreate{}, apiv1.Token{}, 201},
+		{"POST", "/api/v1/admin/nodes/{id}/bootstrap-token", adminOnly, s.newBootstrapToken, "Issue a new one-time node enrollment token", nil, apiv1.BootstrapToken{}, 201},
+		{"GET", "/api/v1/tasks", adminOnly, s.listTasks, "List node tasks (query: node, allocation)", nil, apiv1.List[store.TaskRecord]{}, 200},
+		{"GET", "/api/v1/tasks/{id}", adminOnly, s.getTask, "Show a node task with its phases", nil, store.TaskRecord{}, 200},
+
+		{"POST", "/api/v1/agent/enroll", public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
+		{"POST", "/api/v1/agent/renew", nodeOnly, s.renew, "Rotate the node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
+		{"GET", "/api/v1/agent/tasks", nodeOnly, s.pollTasks, "Long-poll for the next signed task (query: wait, up to 60s); 204 when none", nil, task.Envelope{}, 200},
+		{"POST", "/api/v1/agent/tasks/{id}/result", nodeOnly, s.taskResult, "Report a task result (idempotent)", task.Result{}, map[string]string{}, 200},
+		{"POST", "/api/v1/agent/tasks/{id}/progress", nodeOnly, s.taskProgress, "Report live phases; extends the lease", task.Progress{}, nil, 204},
+		{"POST", "/api/v1/agent/heartbeat", nodeOnly, s.heartbeat, "Agent heartbeat with facts", apiv1.Heartbeat{}, nil, 204},
 	}
 }
 
@@ -199,6 +227,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	s.routeTable = s.table()
 	for _, rt := range s.routeTable {
+		if strings.HasPrefix(rt.path, "/api/v1/agent/") && s.dispatch == nil {
+			continue
+		}
 		pattern := rt.method + " " + rt.path
 		s.mux.Handle(pattern, s.wrap(pattern, rt.need, rt.h))
 	}

@@ -101,6 +101,10 @@ type Node struct {
 	Mode            string          `json:"mode"`
 	Schedulable     Schedulable     `json:"schedulable"`
 	SlotSummary     SlotSummary     `json:"slot_summary"`
+	// BootstrapToken is set only in the response that created the node: a one-time,
+	// expiring token for `gpuaas-hostd enroll`.
+	BootstrapToken          string    `json:"bootstrap_token,omitempty"`
+	BootstrapTokenExpiresAt time.Time `json:"bootstrap_token_expires_at,omitzero"`
 }
 
 // Schedulable says whether new placements may land on the node, and why not.
@@ -434,4 +438,38 @@ type AuditEntry struct {
 // List wraps list responses so fields can be added without breaking clients.
 type List[T any] struct {
 	Items []T `json:"items"`
+}
+
+// BootstrapToken is a one-time node enrollment token (shown once).
+type BootstrapToken struct {
+	NodeID    string    `json:"node_id"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// EnrollRequest exchanges a bootstrap token (or, for renewal, the current certificate) and a
+// public key for a node certificate.
+type EnrollRequest struct {
+	BootstrapToken string `json:"bootstrap_token,omitempty"`
+	PublicKeyPEM   string `json:"public_key_pem"`
+}
+
+// Enrollment is the node's identity: its certificate, the CA, and the key that signs tasks.
+type Enrollment struct {
+	NodeID                  string    `json:"node_id"`
+	CertificatePEM          string    `json:"certificate_pem"`
+	CAPEM                   string    `json:"ca_pem"`
+	TaskSigningPublicKeyPEM string    `json:"task_signing_public_key_pem"`
+	NotAfter                time.Time `json:"not_after"`
+}
+
+// Heartbeat is what a host agent reports periodically.
+type Heartbeat struct {
+	AgentVersion    string          `json:"agent_version"`
+	Runtime         string          `json:"runtime"`
+	TaskTypes       []string        `json:"task_types"`
+	Facts           json.RawMessage `json:"facts,omitempty"`
+	FirmwareProfile json.RawMessage `json:"firmware_profile,omitempty"`
+	Prerequisites   json.RawMessage `json:"prerequisites,omitempty"`
+	RunningTasks    int             `json:"running_tasks"`
 }

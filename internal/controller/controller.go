@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/api"
+	"github.com/gpuaas/gpuaas/internal/dispatch"
 	"github.com/gpuaas/gpuaas/internal/pgserver"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -131,7 +132,23 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return fmt.Errorf("admin token: %w", err)
 	}
 	svc := alloc.New(st, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge})
-	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version})
+	signKey, err := pki.LoadSigningKey(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("task signing key: %w", err)
+	}
+	signPub, err := os.ReadFile(pki.Paths{Dir: cfg.StateDir}.SigningPub())
+	if err != nil {
+		return fmt.Errorf("task signing key: %w", err)
+	}
+	ca, err := pki.LoadCA(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("ca: %w", err)
+	}
+	disp := dispatch.New(st, svc, signKey, log, dispatch.Config{})
+	dctx, stopDispatch := context.WithCancel(ctx)
+	defer stopDispatch()
+	go disp.Run(dctx)
+	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub})
 
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
 	if err != nil {
@@ -146,7 +163,11 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		ln.Close()
 		return err
 	}
+	// Requests (long polls above all) end promptly when shutdown begins.
+	baseCtx, cancelRequests := context.WithCancel(context.Background())
+	defer cancelRequests()
 	hs := &http.Server{
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		Handler:           apiSrv.Handler(),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -170,6 +191,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	log.Info("shutting down")
+	cancelRequests()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)

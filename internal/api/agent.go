@@ -1,0 +1,292 @@
+package api
+
+import (
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// Node credentials live 30 days; hostd renews well before expiry.
+const (
+	nodeCertTTL       = 30 * 24 * time.Hour
+	bootstrapTokenTTL = 24 * time.Hour
+	maxPollWait       = 60 * time.Second
+	heartbeatCoalesce = 10 * time.Second
+)
+
+// authenticateNode accepts only a verified client certificate issued by our CA to a node
+// (CN "node:<id>") whose serial is recorded and not revoked or expired.
+func (s *Server) authenticateNode(r *http.Request) (Principal, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+		return Principal{}, errUnauthorized("agent endpoints need the node's mTLS client certificate")
+	}
+	cert := r.TLS.PeerCertificates[0]
+	id, ok := strings.CutPrefix(cert.Subject.CommonName, "node:")
+	if !ok {
+		return Principal{}, errForbidden("client certificate is not a node identity")
+	}
+	nodeID, err := s.store.CredentialNode(r.Context(), hex.EncodeToString(cert.SerialNumber.Bytes()))
+	if errors.Is(err, store.ErrNotFound) {
+		return Principal{}, errUnauthorized("node certificate unknown, revoked or expired; enroll again")
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	if nodeID != id {
+		return Principal{}, errForbidden("certificate does not match its node")
+	}
+	return Principal{TokenID: "cert:" + hex.EncodeToString(cert.SerialNumber.Bytes()), Name: "node:" + id, Role: "node", NodeID: id}, nil
+}
+
+// issueBootstrapToken creates a one-time enrollment token for a node (in the caller's tx).
+func issueBootstrapToken(r *http.Request, tx *store.Tx, nodeID string) (string, time.Time, error) {
+	tok, err := pki.NewToken("gpb")
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	exp := time.Now().Add(bootstrapTokenTTL).UTC()
+	return tok, exp, tx.CreateBootstrapToken(r.Context(), nodeID, pki.HashToken(tok), exp)
+}
+
+func (s *Server) newBootstrapToken(w http.ResponseWriter, r *http.Request, p Principal) error {
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	var out apiv1.BootstrapToken
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		var err error
+		out.NodeID = id
+		if out.Token, out.ExpiresAt, err = issueBootstrapToken(r, tx, id); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.bootstrap_token", "node", id, map[string]any{"expires_at": out.ExpiresAt}))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func parsePublicKey(pemText string) (any, error) {
+	blk, _ := pem.Decode([]byte(pemText))
+	if blk == nil || blk.Type != "PUBLIC KEY" {
+		return nil, errInvalid("public_key_pem must be a PEM \"PUBLIC KEY\" block")
+	}
+	pub, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, errInvalid("public_key_pem: %v", err)
+	}
+	return pub, nil
+}
+
+// issueNodeCert signs a node certificate and records its serial (in the caller's tx).
+func (s *Server) issueNodeCert(r *http.Request, tx *store.Tx, nodeID string, pub any) (apiv1.Enrollment, error) {
+	now := time.Now()
+	certPEM, err := s.ca.IssueClientCert(pub, "node:"+nodeID, nodeCertTTL, now)
+	if err != nil {
+		return apiv1.Enrollment{}, errInvalid("cannot certify this key: %v", err)
+	}
+	blk, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return apiv1.Enrollment{}, err
+	}
+	if err := tx.RecordCredential(r.Context(), hex.EncodeToString(cert.SerialNumber.Bytes()), nodeID, cert.NotAfter); err != nil {
+		return apiv1.Enrollment{}, err
+	}
+	return apiv1.Enrollment{NodeID: nodeID, CertificatePEM: string(certPEM), CAPEM: string(s.ca.CertPEM),
+		TaskSigningPublicKeyPEM: string(s.signingPub), NotAfter: cert.NotAfter}, nil
+}
+
+// enroll exchanges a one-time bootstrap token for a node certificate.
+func (s *Server) enroll(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	if s.ca == nil {
+		return apiErr(apiv1.CodeUnavailable, "enrollment is not configured on this controller", nil)
+	}
+	var req apiv1.EnrollRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	pub, err := parsePublicKey(req.PublicKeyPEM)
+	if err != nil {
+		return err
+	}
+	var out apiv1.Enrollment
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		nodeID, err := tx.ConsumeBootstrapToken(r.Context(), pki.HashToken(strings.TrimSpace(req.BootstrapToken)), time.Now())
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return errUnauthorized("unknown bootstrap token")
+		case errors.Is(err, store.ErrTokenSpent):
+			return errUnauthorized("bootstrap token already used or expired; ask an admin for a new one (gpuaasctl nodes bootstrap-token NODE)")
+		case err != nil:
+			return err
+		}
+		if out, err = s.issueNodeCert(r, tx, nodeID, pub); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), store.AuditRecord{Actor: "node:" + nodeID, ActorRole: "node", Action: "node.enroll",
+			TargetKind: "node", TargetID: nodeID, RequestID: requestID(r.Context()), Details: map[string]any{"cert_not_after": out.NotAfter}})
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// renew issues a fresh certificate to an enrolled node (rotation before expiry).
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.EnrollRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	pub, err := parsePublicKey(req.PublicKeyPEM)
+	if err != nil {
+		return err
+	}
+	var out apiv1.Enrollment
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		var err error
+		if out, err = s.issueNodeCert(r, tx, p.NodeID, pub); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.renew", "node", p.NodeID, map[string]any{"cert_not_after": out.NotAfter}))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) pollTasks(w http.ResponseWriter, r *http.Request, p Principal) error {
+	wait := 30 * time.Second
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxPollWait {
+			return errInvalid("wait must be a duration up to %s", maxPollWait)
+		}
+		wait = d
+	}
+	env, err := s.dispatch.Poll(r.Context(), p.NodeID, wait)
+	if err != nil {
+		return err
+	}
+	if env == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, env)
+	return nil
+}
+
+func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var res task.Result
+	if err := decode(w, r, &res); err != nil {
+		return err
+	}
+	if res.TaskID != "" && res.TaskID != r.PathValue("id") {
+		return errInvalid("task_id in the body does not match the path")
+	}
+	tr, err := s.dispatch.Result(r.Context(), p.NodeID, r.PathValue("id"), res)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("task " + r.PathValue("id") + " not found for this node")
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"task_id": tr.ID, "status": tr.Status})
+	return nil
+}
+
+func (s *Server) taskProgress(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var pr task.Progress
+	if err := decode(w, r, &pr); err != nil {
+		return err
+	}
+	err := s.dispatch.Progress(r.Context(), p.NodeID, r.PathValue("id"), pr)
+	if errors.Is(err, store.ErrNotFound) {
+		return apiErr(apiv1.CodeConflict, "task is not leased to this node (finished, expired or re-leased)", nil)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// heartbeats coalesces writes: at most one database write per node per heartbeatCoalesce.
+type heartbeats struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var hb apiv1.Heartbeat
+	if err := decode(w, r, &hb); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.hb.mu.Lock()
+	due := now.Sub(s.hb.last[p.NodeID]) >= heartbeatCoalesce
+	if due {
+		s.hb.last[p.NodeID] = now
+	}
+	s.hb.mu.Unlock()
+	if due {
+		facts, err := json.Marshal(hb)
+		if err != nil {
+			return err
+		}
+		if err := s.store.RecordHeartbeat(r.Context(), p.NodeID, now, facts); err != nil {
+			return err
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	q := r.URL.Query()
+	f := store.TaskFilter{AllocationID: q.Get("allocation")}
+	if n := q.Get("node"); n != "" {
+		node, err := s.store.GetNode(r.Context(), n)
+		if err != nil {
+			return err
+		}
+		f.NodeID = node.ID
+	}
+	items, err := s.store.ListTasks(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[store.TaskRecord]{Items: items})
+	return nil
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	tr, err := s.store.GetTask(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound(fmt.Sprintf("task %s not found", r.PathValue("id")))
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, tr)
+	return nil
+}

@@ -1,0 +1,354 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// NotifyChannel is the PostgreSQL channel carrying node ids with new tasks.
+const NotifyChannel = "gpuaas_node_tasks"
+
+// Config tunes dispatch.
+type Config struct {
+	ProvisionTTL time.Duration // seed 003: 20 minutes
+	ReleaseTTL   time.Duration
+	Lease        time.Duration // visibility timeout of a leased task
+	ReapEvery    time.Duration
+	OutboxEvery  time.Duration // fallback sweep; commits wake the worker at once
+}
+
+func (c *Config) defaults() {
+	if c.ProvisionTTL == 0 {
+		c.ProvisionTTL = 20 * time.Minute
+	}
+	if c.ReleaseTTL == 0 {
+		c.ReleaseTTL = 30 * time.Minute
+	}
+	if c.Lease == 0 {
+		c.Lease = 2 * time.Minute
+	}
+	if c.ReapEvery == 0 {
+		c.ReapEvery = 5 * time.Second
+	}
+	if c.OutboxEvery == 0 {
+		c.OutboxEvery = 2 * time.Second
+	}
+}
+
+// Dispatcher owns node tasks.
+type Dispatcher struct {
+	st    *store.Store
+	alloc *alloc.Service
+	key   ed25519.PrivateKey
+	hub   *Hub
+	log   *slog.Logger
+	cfg   Config
+	kick  chan struct{}
+	now   func() time.Time
+}
+
+// New returns a Dispatcher; Run starts its workers.
+func New(st *store.Store, svc *alloc.Service, key ed25519.PrivateKey, log *slog.Logger, cfg Config) *Dispatcher {
+	cfg.defaults()
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dispatcher{st: st, alloc: svc, key: key, hub: NewHub(), log: log, cfg: cfg, kick: make(chan struct{}, 1), now: time.Now}
+}
+
+// Hub exposes the wake-up hub.
+func (d *Dispatcher) Hub() *Hub { return d.hub }
+
+// Kick asks the outbox worker to run now (call after committing an allocation change).
+func (d *Dispatcher) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the LISTEN relay, the outbox worker and the reaper until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) {
+	go d.st.Listen(ctx, NotifyChannel, d.hub.Wake, func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) })
+	reap := time.NewTicker(d.cfg.ReapEvery)
+	sweep := time.NewTicker(d.cfg.OutboxEvery)
+	defer reap.Stop()
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+			d.drainOutbox(ctx)
+		case <-sweep.C:
+			d.drainOutbox(ctx)
+		case <-reap.C:
+			if err := d.Reap(ctx); err != nil && ctx.Err() == nil {
+				d.log.Error("reaper", "err", err)
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) drainOutbox(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := d.ProcessOutbox(ctx, 50)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Error("outbox", "err", err)
+			}
+			return
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// ProcessOutbox turns up to limit pending outbox events into node tasks in one transaction,
+// then (after commit) wakes the nodes' polls here and on every replica. Returns events handled.
+func (d *Dispatcher) ProcessOutbox(ctx context.Context, limit int) (int, error) {
+	var nodes []string
+	var handled int
+	err := d.st.InTx(ctx, func(tx *store.Tx) error {
+		nodes, handled = nil, 0
+		evs, err := tx.PendingOutbox(ctx, limit)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			nt, err := d.taskFor(ctx, tx, ev)
+			if err != nil {
+				return fmt.Errorf("outbox %d (%s): %w", ev.ID, ev.Topic, err)
+			}
+			if nt != nil {
+				if _, err := tx.InsertTask(ctx, *nt); err != nil {
+					return err
+				}
+				nodes = append(nodes, nt.NodeID)
+			}
+			if err := tx.MarkDispatched(ctx, ev.ID); err != nil {
+				return err
+			}
+			handled++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range nodes {
+		d.hub.Wake(n)
+		if err := d.st.Notify(ctx, NotifyChannel, n); err != nil {
+			d.log.Warn("notify", "node", n, "err", err)
+		}
+	}
+	return handled, nil
+}
+
+// taskFor maps an outbox event to the task it needs, or nil for informational events.
+func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxEvent) (*store.NewTask, error) {
+	switch ev.Topic {
+	case "allocation.requested", "allocation.release_requested":
+	default:
+		return nil, nil
+	}
+	rec, err := tx.GetAllocation(ctx, ev.AggregateID, "")
+	if err != nil {
+		return nil, err
+	}
+	if rec.CapacityShape != "gpu_slice" {
+		// Baremetal deploys go through MAAS, a boundary this build does not drive.
+		d.log.Info("baremetal allocation event not dispatched to a host agent (MAAS deploy)", "allocation", rec.ID, "topic", ev.Topic)
+		return nil, nil
+	}
+	snaps, err := tx.ClaimSnapshots(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	bundles := make([]task.Bundle, 0, len(snaps))
+	for _, s := range snaps {
+		var b task.Bundle
+		var raw struct {
+			SlotID    string `json:"slot_id"`
+			SlotIndex int    `json:"slot_index"`
+			NUMANode  *int   `json:"numa_node"`
+			PCI       string `json:"pci_address"`
+			FabricPCI string `json:"fabric_pci_address"`
+			FabricVF  string `json:"fabric_vf_pci_address"`
+			NVMe      string `json:"nvme_device"`
+			MAC       string `json:"mac_address"`
+			IP        string `json:"private_ip"`
+			Wipe      string `json:"destructive_wipe_policy"`
+			VCPU      *int   `json:"vcpu_count"`
+			MemoryMiB *int   `json:"memory_mib"`
+		}
+		if err := json.Unmarshal(s, &raw); err != nil {
+			return nil, err
+		}
+		b = task.Bundle{SlotID: raw.SlotID, SlotIndex: raw.SlotIndex, GPUPCI: raw.PCI, FabricParentPCI: raw.FabricPCI,
+			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe}
+		if raw.VCPU != nil {
+			b.VCPUCount = *raw.VCPU
+		}
+		if raw.MemoryMiB != nil {
+			b.MemoryMiB = *raw.MemoryMiB
+		}
+		bundles = append(bundles, b)
+	}
+	if ev.Topic == "allocation.release_requested" {
+		return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMRelease), OutboxID: ev.ID, TTL: d.cfg.ReleaseTTL,
+			Payload: task.VMRelease{AllocationID: rec.ID, Bundles: bundles, Wipe: true, GracefulTimeoutS: 120}}, nil
+	}
+	var prof task.Profile
+	if err := json.Unmarshal(rec.ResolvedProfile, &prof); err != nil {
+		return nil, fmt.Errorf("profile snapshot: %w", err)
+	}
+	var img task.Image
+	if err := json.Unmarshal(rec.ImageSnapshot, &img); err != nil {
+		return nil, fmt.Errorf("image snapshot: %w", err)
+	}
+	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
+		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys}}, nil
+}
+
+// Poll waits up to wait for a task for node, leases it and returns it signed; nil when the
+// wait ends with nothing to do.
+func (d *Dispatcher) Poll(ctx context.Context, nodeID string, wait time.Duration) (*task.Envelope, error) {
+	ch, cancel := d.hub.Subscribe(nodeID) // subscribe first: a wake between lease and wait is not lost
+	defer cancel()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		tr, err := d.st.LeaseTask(ctx, nodeID, d.cfg.Lease)
+		if err == nil {
+			return d.sign(ctx, tr)
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-timer.C:
+			return nil, nil
+		case <-ch:
+		}
+	}
+}
+
+func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord) (*task.Envelope, error) {
+	if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
+		// The host has the plan: the allocation is provisioning (idempotent on redelivery).
+		if err := d.alloc.MarkProvisioning(ctx, tr.AllocationID); err != nil && !isConflict(err) {
+			return nil, err
+		}
+	}
+	e := &task.Envelope{TaskID: tr.ID, NodeID: tr.NodeID, Type: task.Type(tr.Type), Payload: tr.Payload,
+		IssuedAt: d.now().UTC(), NotAfter: tr.NotAfter.UTC(), Attempt: tr.Attempt}
+	if err := e.Sign(d.key); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func isConflict(err error) bool {
+	var ae *apiv1.Error
+	return errors.As(err, &ae) && ae.Code == apiv1.CodeConflict
+}
+
+// Progress records live phases and extends the lease of a running task.
+func (d *Dispatcher) Progress(ctx context.Context, nodeID, taskID string, p task.Progress) error {
+	b, err := json.Marshal(p.Phases)
+	if err != nil {
+		return err
+	}
+	return d.st.ExtendLease(ctx, taskID, nodeID, d.cfg.Lease, b)
+}
+
+// Result records a task's result (a duplicate is accepted and changes nothing) and drives
+// the allocation: provision success -> active; failure/refusal -> failed with the reason;
+// release -> released, each slot available only with its wipe proof.
+func (d *Dispatcher) Result(ctx context.Context, nodeID, taskID string, r task.Result) (store.TaskRecord, error) {
+	switch r.Status {
+	case "succeeded", "failed", "refused":
+	default:
+		return store.TaskRecord{}, &apiv1.Error{Code: apiv1.CodeInvalidRequest, Message: "status must be succeeded, failed or refused"}
+	}
+	phases, err := json.Marshal(r.Phases)
+	if err != nil {
+		return store.TaskRecord{}, err
+	}
+	var tr store.TaskRecord
+	err = d.st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		tr, _, err = tx.CompleteTask(ctx, taskID, nodeID, r.Status, r.Output, phases, r.Error)
+		return err
+	})
+	if err != nil {
+		return tr, err
+	}
+	// Drive the allocation from the recorded (first) result, also on duplicates, so a
+	// controller crash between the two steps is repaired by the host's retry.
+	return tr, d.apply(ctx, tr)
+}
+
+func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
+	if tr.AllocationID == "" {
+		return nil
+	}
+	var err error
+	switch {
+	case tr.Type == string(task.TypeVMProvision) && tr.Status == "succeeded":
+		err = d.alloc.MarkActive(ctx, tr.AllocationID)
+	case tr.Type == string(task.TypeVMProvision):
+		reason := tr.Error
+		if reason == "" {
+			reason = "provisioning " + tr.Status
+		}
+		err = d.alloc.MarkFailed(ctx, tr.AllocationID, reason)
+	case tr.Type == string(task.TypeVMRelease):
+		var out task.ReleaseOutput
+		_ = json.Unmarshal(tr.Output, &out) // a failed release may carry partial or no proofs
+		proofs := map[string]alloc.WipeProof{}
+		for slot, p := range out.Wiped {
+			proofs[slot] = alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}
+		}
+		err = d.alloc.CompleteRelease(ctx, tr.AllocationID, proofs)
+	}
+	if isConflict(err) {
+		d.log.Warn("task result does not match allocation state", "task", tr.ID, "allocation", tr.AllocationID, "err", err)
+		return nil
+	}
+	return err
+}
+
+// Reap expires tasks past their deadline (or out of attempts) and fails their allocations.
+func (d *Dispatcher) Reap(ctx context.Context) error {
+	var expired []store.TaskRecord
+	err := d.st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		expired, err = tx.ExpireTasks(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, tr := range expired {
+		d.log.Warn("task expired", "task", tr.ID, "type", tr.Type, "node", tr.NodeID, "reason", tr.Error)
+		if err := d.apply(ctx, tr); err != nil {
+			return err
+		}
+	}
+	return nil
+}

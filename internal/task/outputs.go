@@ -1,0 +1,34 @@
+package task
+
+// WipeProof is a host's evidence that one slot's disk was erased and read back clean.
+type WipeProof struct {
+	Verified bool   `json:"verified"`
+	Method   string `json:"method"`
+	Evidence string `json:"evidence"`
+	Error    string `json:"error,omitempty"`
+}
+
+// ProvisionOutput is the output of slice.vm_provision.
+type ProvisionOutput struct {
+	Runtime   string `json:"runtime"`   // libvirt | lab | sim
+	Simulated bool   `json:"simulated"` // true for the sim runtime: no VM exists
+	VMName    string `json:"vm_name"`
+	PrivateIP string `json:"private_ip,omitempty"`
+}
+
+// ReleaseOutput is the output of slice.vm_release (seed 000 "Release" output keys).
+type ReleaseOutput struct {
+	Runtime        string               `json:"runtime"`
+	Simulated      bool                 `json:"simulated"`
+	VMName         string               `json:"vm_name"`
+	Released       bool                 `json:"released"`
+	HardStopped    bool                 `json:"hard_stopped"`
+	Wiped          map[string]WipeProof `json:"wiped"` // slot id -> proof
+	SlotCount      int                  `json:"slot_count"`
+	LeasesReleased int                  `json:"leases_released"`
+}
+
+// Progress is a live update while a task runs.
+type Progress struct {
+	Phases []Phase `json:"phases"`
+}
