@@ -252,6 +252,10 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if idemKey != "" && isIdempotencyConflict(err) {
 			return s.Create(ctx, actor, req, idemKey)
 		}
+		var dbe *store.DBError
+		if errors.As(err, &dbe) && dbe.Constraint == "allocations_tenant_id_fkey" {
+			return out, false, invalid("unknown tenant %s", actor.TenantID)
+		}
 		return out, false, err
 	}
 	out, err = s.Get(ctx, actor, allocID)

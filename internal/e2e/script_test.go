@@ -13,12 +13,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/gpuaas/gpuaas/internal/agent"
 	"github.com/gpuaas/gpuaas/internal/cli"
+	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/controller"
 	"github.com/gpuaas/gpuaas/internal/pgserver"
 )
@@ -29,6 +32,7 @@ func TestMain(m *testing.M) {
 		"gpuaas-controller": func() {
 			os.Exit(controller.Main("e2e", os.Args[1:], os.Stdout, os.Stderr))
 		},
+		"gpuaas-hostd": func() { os.Exit(agent.Main("e2e", os.Args[1:], os.Stdout, os.Stderr)) },
 	})
 }
 
@@ -75,6 +79,8 @@ func TestScripts(t *testing.T) {
 			"waitready": waitReady,
 			"mode":      checkMode,
 			"jsonfield": jsonField,
+			"waitalloc": waitAlloc,
+			"waitnode":  waitNode,
 		},
 		RequireExplicitExec: true,
 	})
@@ -150,4 +156,61 @@ func jsonField(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s has no string field %s", args[0], args[1])
 	}
 	ts.Setenv(args[2], v)
+}
+
+func scriptClient(ts *testscript.TestScript) *client.Client {
+	tok := ts.Getenv("GPUAAS_TOKEN")
+	if tok == "" {
+		tok = strings.TrimSpace(ts.ReadFile(ts.Getenv("GPUAAS_TOKEN_FILE")))
+	}
+	c, err := client.New(client.Options{Server: ts.Getenv("GPUAAS_SERVER"), CAFile: ts.Getenv("GPUAAS_CA_FILE"), Token: tok})
+	ts.Check(err)
+	return c
+}
+
+// waitAlloc polls an allocation until it reaches a status. Usage: waitalloc ID STATUS [timeout]
+func waitAlloc(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: waitalloc ID STATUS [timeout]")
+	}
+	timeout := 60 * time.Second
+	if len(args) == 3 {
+		d, err := time.ParseDuration(args[2])
+		ts.Check(err)
+		timeout = d
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		a, err := c.GetAllocation(context.Background(), args[0])
+		if err == nil {
+			last = a.Status
+			if a.Status == args[1] {
+				return
+			}
+			if a.Status == "failed" && args[1] != "failed" {
+				ts.Fatalf("allocation failed: %s", a.FailureReason)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // status poll; the deadline bounds it
+	}
+	ts.Fatalf("allocation %s is %q after %s, want %q", args[0], last, timeout, args[1])
+}
+
+// waitNode waits until a node has reported a heartbeat. Usage: waitnode NAME [timeout]
+func waitNode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 {
+		ts.Fatalf("usage: waitnode NAME [timeout]")
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := c.GetNode(context.Background(), args[0])
+		if err == nil && n.LastHeartbeatAt != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // heartbeat poll; the deadline bounds it
+	}
+	ts.Fatalf("node %s never reported a heartbeat", args[0])
 }

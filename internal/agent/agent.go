@@ -1,0 +1,469 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/slicevm"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// Agent is a running gpuaas-hostd.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	version  string
+	base     string
+	hc       *http.Client
+	cert     atomic.Pointer[tls.Certificate]
+	verifier *task.Verifier
+	replay   *task.DiskReplayStore
+	spool    *Spool
+	runtime  slicevm.Runtime
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	inflight map[string]bool
+	sendNow  chan struct{}
+	running  atomic.Int32
+}
+
+// New loads the identity and prepares state directories.
+func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Agent{cfg: cfg, log: log, version: version, base: strings.TrimRight(cfg.Server, "/"),
+		sem: make(chan struct{}, cfg.MaxConcurrent), inflight: map[string]bool{}, sendNow: make(chan struct{}, 1)}
+	if err := a.loadCert(); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := pki.ClientTLSConfig(cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil }
+	a.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 4}}
+	pub, err := pki.LoadSigningPub(cfg.SigningPubFile)
+	if err != nil {
+		return nil, fmt.Errorf("pinned task-signing key: %w", err)
+	}
+	if a.replay, err = task.NewDiskReplayStore(filepath.Join(cfg.StateDir, "completed")); err != nil {
+		return nil, err
+	}
+	if a.spool, err = NewSpool(filepath.Join(cfg.StateDir, "spool")); err != nil {
+		return nil, err
+	}
+	a.verifier = &task.Verifier{Key: pub, NodeID: cfg.NodeID, Skew: cfg.ClockSkew, Replay: a.replay}
+	switch cfg.Runtime {
+	case "sim":
+		a.runtime = slicevm.Sim{}
+	default:
+		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
+	}
+	return a, nil
+}
+
+func (a *Agent) loadCert() error {
+	c, err := tls.LoadX509KeyPair(a.cfg.CertFile, a.cfg.KeyFile)
+	if err != nil {
+		return fmt.Errorf("node certificate: %w", err)
+	}
+	if c.Leaf == nil {
+		if c.Leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return err
+		}
+	}
+	a.cert.Store(&c)
+	return nil
+}
+
+// Run polls, executes, reports and heartbeats until ctx ends, then lets running tasks finish
+// (their results are spooled, so none is lost if the process is killed instead).
+func (a *Agent) Run(ctx context.Context) error {
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+	_, _ = daemon.SdNotify(false, "STATUS=polling "+a.base+" as node "+a.cfg.NodeID+" ("+a.runtime.Name()+" runtime)")
+	a.log.Info("gpuaas-hostd running", "server", a.base, "node", a.cfg.NodeID, "runtime", a.runtime.Name(), "version", a.version)
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	go a.watchdog(bg)
+	go a.heartbeatLoop(ctx)
+	senderDone := make(chan struct{})
+	go func() { a.sendLoop(bg); close(senderDone) }()
+	a.kickSender()
+
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		select {
+		case a.sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		env, err := a.poll(ctx)
+		if err != nil {
+			<-a.sem
+			if ctx.Err() == nil {
+				d := backoff.next()
+				a.log.Warn("poll failed; retrying", "err", err, "in", d)
+				sleepCtx(ctx, d)
+			}
+			continue
+		}
+		backoff.reset()
+		if env == nil {
+			<-a.sem
+			continue
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer func() { <-a.sem }()
+			a.execute(bg, env)
+		}()
+	}
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	a.log.Info("stopping: no new tasks; waiting for running ones")
+	a.wg.Wait()
+	a.kickSender()
+	// Give the sender a moment to deliver what just finished; the spool keeps the rest.
+	flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a.sendPending(flush)
+	stopBG()
+	<-senderDone
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+type backoff struct{ n int }
+
+func newBackoff() *backoff { return &backoff{} }
+func (b *backoff) reset()  { b.n = 0 }
+func (b *backoff) next() time.Duration {
+	b.n++
+	d := 500 * time.Millisecond << min(b.n-1, 6) // 0.5s .. 32s
+	j, _ := rand.Int(rand.Reader, big.NewInt(int64(d/2)+1))
+	return d/2 + time.Duration(j.Int64()) // full jitter in [d/2, d]
+}
+
+func (a *Agent) do(ctx context.Context, method, path string, body any) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", "gpuaas-hostd/"+a.version)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp, data, err
+}
+
+func apiError(resp *http.Response, data []byte) error {
+	var ae apiv1.Error
+	if json.Unmarshal(data, &ae) == nil && ae.Code != "" {
+		return fmt.Errorf("%s: %s (%s)", resp.Status, ae.Message, ae.Code)
+	}
+	return fmt.Errorf("%s", resp.Status)
+}
+
+func (a *Agent) poll(ctx context.Context) (*task.Envelope, error) {
+	pctx, cancel := context.WithTimeout(ctx, a.cfg.PollWait+15*time.Second)
+	defer cancel()
+	resp, data, err := a.do(pctx, "GET", "/api/v1/agent/tasks?wait="+a.cfg.PollWait.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil, nil
+	case http.StatusOK:
+		var env task.Envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			return nil, fmt.Errorf("task envelope: %w", err)
+		}
+		return &env, nil
+	}
+	return nil, apiError(resp, data)
+}
+
+// execute verifies and runs one task; at most one run per task id at a time, and a task
+// whose result is already spooled or completed is never run again.
+func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
+	a.mu.Lock()
+	if a.inflight[env.TaskID] {
+		a.mu.Unlock()
+		return
+	}
+	a.inflight[env.TaskID] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.inflight, env.TaskID)
+		a.mu.Unlock()
+	}()
+	a.running.Add(1)
+	defer a.running.Add(-1)
+
+	if !taskIDSafe(env.TaskID) {
+		a.log.Warn("task refused: malformed task id", "task", env.TaskID)
+		return
+	}
+	if a.spool.Has(env.TaskID) {
+		a.kickSender() // finished before a restart; only the report is outstanding
+		return
+	}
+	log := a.log.With("task", env.TaskID, "type", env.Type, "attempt", env.Attempt)
+	payload, err := a.verifier.Verify(env)
+	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
+	var refused *task.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		log.Warn("task refused", "reason", refused.Reason, "detail", refused.Detail)
+		res.Status, res.Error = "refused", refused.Reason+": "+refused.Detail
+		if refused.Reason == task.RefuseReplay {
+			return // already completed here; its result was delivered before
+		}
+		if refused.Reason == task.RefuseWrongNode || refused.Reason == task.RefuseBadSignature || refused.Reason == task.RefuseUnsigned {
+			// Not ours or not authentic: report it, but never mark its id completed.
+			_ = a.spool.Put(res)
+			a.kickSender()
+			return
+		}
+	case err != nil:
+		log.Error("task verification failed", "err", err)
+		return // retried on redelivery
+	default:
+		log.Info("task started")
+		res = a.run(ctx, env, payload)
+		log.Info("task finished", "status", res.Status, "error", res.Error)
+	}
+	if err := a.spool.Put(res); err != nil {
+		log.Error("cannot spool result; the task will be redelivered", "err", err)
+		return
+	}
+	if err := a.replay.MarkCompleted(env.TaskID); err != nil {
+		log.Error("cannot record completion", "err", err)
+	}
+	a.kickSender()
+}
+
+func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.Result {
+	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
+	rec := &slicevm.Recorder{OnUpdate: func(ph []task.Phase) { a.progress(env.TaskID, ph) }}
+	var out any
+	var err error
+	switch p := payload.(type) {
+	case *task.VMProvision:
+		out, err = a.runtime.Provision(ctx, p, rec)
+	case *task.VMRelease:
+		out, err = a.runtime.Release(ctx, p, rec)
+	default:
+		err = fmt.Errorf("task type %s has no handler on this host yet", env.Type)
+	}
+	res.Phases = rec.Phases()
+	if res.Phases == nil {
+		res.Phases = []task.Phase{}
+	}
+	if out != nil {
+		res.Output, _ = json.Marshal(out)
+	}
+	if err != nil {
+		res.Status, res.Error = "failed", err.Error()
+	} else {
+		res.Status = "succeeded"
+	}
+	return res
+}
+
+// progress reports live phases (best effort; the final result carries them all).
+func (a *Agent) progress(taskID string, phases []task.Phase) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp, data, err := a.do(ctx, "POST", "/api/v1/agent/tasks/"+taskID+"/progress", task.Progress{Phases: phases}); err != nil {
+		a.log.Debug("progress not delivered", "task", taskID, "err", err)
+	} else if resp.StatusCode >= 300 {
+		a.log.Debug("progress refused", "task", taskID, "err", apiError(resp, data))
+	}
+}
+
+func (a *Agent) kickSender() {
+	select {
+	case a.sendNow <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) sendLoop(ctx context.Context) {
+	retry := time.NewTicker(5 * time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.sendNow:
+		case <-retry.C:
+		}
+		a.sendPending(ctx)
+	}
+}
+
+// sendPending delivers spooled results; each is removed only once acknowledged.
+func (a *Agent) sendPending(ctx context.Context) {
+	pending, err := a.spool.Pending()
+	if err != nil {
+		a.log.Error("spool", "err", err)
+		return
+	}
+	for _, r := range pending {
+		resp, data, err := a.do(ctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+		if err != nil {
+			a.log.Debug("result not delivered yet", "task", r.TaskID, "err", err)
+			return // controller unreachable: keep everything, retry later
+		}
+		switch {
+		case resp.StatusCode < 300:
+			_ = a.spool.Remove(r.TaskID)
+		case resp.StatusCode >= 500:
+			return
+		default:
+			// The controller will never accept it (unknown task, bad body): keep a log, drop it.
+			a.log.Error("result rejected; dropping", "task", r.TaskID, "err", apiError(resp, data))
+			_ = a.spool.Remove(r.TaskID)
+		}
+	}
+}
+
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		a.sendHeartbeat(ctx)
+		a.maybeRenew(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) sendHeartbeat(ctx context.Context) {
+	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
+		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease)}}
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, data, err := a.do(hctx, "POST", "/api/v1/agent/heartbeat", hb)
+	if err != nil {
+		a.log.Debug("heartbeat not delivered", "err", err)
+		return
+	}
+	if resp.StatusCode >= 300 {
+		a.log.Warn("heartbeat refused", "err", apiError(resp, data))
+	}
+}
+
+// maybeRenew rotates the node certificate once less than a third of its life remains.
+func (a *Agent) maybeRenew(ctx context.Context) {
+	leaf := a.cert.Load().Leaf
+	life := leaf.NotAfter.Sub(leaf.NotBefore)
+	if time.Until(leaf.NotAfter) > life/3 {
+		return
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return
+	}
+	pubDER, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	resp, data, err := a.do(ctx, "POST", "/api/v1/agent/renew", apiv1.EnrollRequest{
+		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}))})
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		a.log.Warn("certificate renewal failed; will retry", "err", err, "not_after", leaf.NotAfter)
+		return
+	}
+	var en apiv1.Enrollment
+	if err := json.Unmarshal(data, &en); err != nil {
+		return
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	if err := mkdirWrite(a.cfg.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})); err != nil {
+		a.log.Error("writing renewed key", "err", err)
+		return
+	}
+	if err := mkdirWrite(a.cfg.CertFile, []byte(en.CertificatePEM)); err != nil {
+		a.log.Error("writing renewed certificate", "err", err)
+		return
+	}
+	if err := a.loadCert(); err != nil {
+		a.log.Error("loading renewed certificate", "err", err)
+		return
+	}
+	a.log.Info("node certificate renewed", "not_after", en.NotAfter)
+}
+
+func (a *Agent) watchdog(ctx context.Context) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval == 0 {
+		return
+	}
+	t := time.NewTicker(interval / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		}
+	}
+}
+
+func taskIDSafe(id string) bool {
+	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/\\") || strings.HasPrefix(id, ".") {
+		return false
+	}
+	return true
+}

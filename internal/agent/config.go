@@ -1,0 +1,149 @@
+// Package agent is gpuaas-hostd: enrollment, the long-poll loop for signed tasks, the
+// executor registry, a durable result spool, heartbeats and live progress. It dials out
+// only; the controller never connects to a host.
+package agent
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is hostd's typed configuration: flags > GPUAAS_* env > file.
+type Config struct {
+	Server         string        `mapstructure:"server" yaml:"server"`
+	NodeID         string        `mapstructure:"node_id" yaml:"node_id"`
+	CAFile         string        `mapstructure:"ca_file" yaml:"ca_file"`
+	CertFile       string        `mapstructure:"cert_file" yaml:"cert_file"`
+	KeyFile        string        `mapstructure:"key_file" yaml:"key_file"`
+	SigningPubFile string        `mapstructure:"signing_pub_file" yaml:"signing_pub_file"`
+	StateDir       string        `mapstructure:"state_dir" yaml:"state_dir"`
+	HostRoot       string        `mapstructure:"host_root" yaml:"host_root"`
+	Runtime        string        `mapstructure:"runtime" yaml:"runtime"`
+	MaxConcurrent  int           `mapstructure:"max_concurrent" yaml:"max_concurrent"`
+	PollWait       time.Duration `mapstructure:"poll_wait" yaml:"poll_wait"`
+	Heartbeat      time.Duration `mapstructure:"heartbeat" yaml:"heartbeat"`
+	ClockSkew      time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
+	MetricsListen  string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
+}
+
+// BindRunFlags declares `run` flags.
+func BindRunFlags(fs *pflag.FlagSet) {
+	fs.String("config", "/etc/gpuaas/hostd.yaml", "config file written by enroll")
+	fs.String("host-root", "", "root of the host seam (sysfs, /dev, /var/lib/gpuaas); default /")
+	fs.String("runtime", "", "slice runtime: sim, lab or libvirt")
+	fs.String("state-dir", "", "hostd state (spool, completed tasks); default /var/lib/gpuaas/hostd")
+	fs.Int("max-concurrent", 0, "tasks run at once (default 4)")
+	fs.Duration("poll-wait", 0, "long-poll wait (default 30s)")
+	fs.Duration("heartbeat", 0, "heartbeat interval (default 15s)")
+	fs.String("metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:9464 (default off)")
+}
+
+// LoadConfig reads the file named by --config, then env, then flags.
+func LoadConfig(fs *pflag.FlagSet) (Config, error) {
+	v := viper.New()
+	path, _ := fs.GetString("config")
+	if path == "" {
+		return Config{}, fmt.Errorf("--config is required")
+	}
+	v.SetConfigFile(path)
+	v.SetConfigType("yaml")
+	if err := v.ReadInConfig(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w (run `gpuaas-hostd enroll` first)", path, err)
+	}
+	var bindErr error
+	fs.VisitAll(func(f *pflag.Flag) {
+		key := strings.ReplaceAll(f.Name, "-", "_")
+		if key == "config" {
+			return
+		}
+		if err := v.BindEnv(key, "GPUAAS_"+strings.ToUpper(key)); err != nil {
+			bindErr = err
+		}
+		if f.Changed {
+			v.Set(key, f.Value.String())
+		}
+	})
+	if bindErr != nil {
+		return Config{}, bindErr
+	}
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	c.defaults()
+	return c, c.Validate()
+}
+
+func (c *Config) defaults() {
+	if c.HostRoot == "" {
+		c.HostRoot = "/"
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(c.HostRoot, "var/lib/gpuaas/hostd")
+	}
+	if c.Runtime == "" {
+		c.Runtime = "libvirt"
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = 4
+	}
+	if c.PollWait == 0 {
+		c.PollWait = 30 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = 2 * time.Minute
+	}
+}
+
+// Validate checks the configuration before anything runs.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.Server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("server %q must be https://host:port", c.Server)
+	}
+	if c.NodeID == "" {
+		return fmt.Errorf("node_id is empty: enroll first")
+	}
+	for name, f := range map[string]string{"ca_file": c.CAFile, "cert_file": c.CertFile, "key_file": c.KeyFile, "signing_pub_file": c.SigningPubFile} {
+		if f == "" {
+			return fmt.Errorf("%s is empty: enroll first", name)
+		}
+	}
+	switch c.Runtime {
+	case "sim":
+	case "lab", "libvirt":
+		return fmt.Errorf("runtime %q is not built yet in this version; use --runtime sim", c.Runtime)
+	default:
+		return fmt.Errorf("runtime must be sim, lab or libvirt, not %q", c.Runtime)
+	}
+	if c.MaxConcurrent < 1 || c.MaxConcurrent > 64 {
+		return fmt.Errorf("max_concurrent must be 1..64")
+	}
+	if c.PollWait < time.Second || c.PollWait > 60*time.Second {
+		return fmt.Errorf("poll_wait must be 1s..60s")
+	}
+	return nil
+}
+
+// WriteConfig writes the config file (0600).
+func WriteConfig(path string, c Config) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeAtomic(path, b, 0o600)
+}

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pki"
+)
+
+// EnrollOptions are the inputs of `gpuaas-hostd enroll`.
+type EnrollOptions struct {
+	Server     string
+	CAFile     string
+	Token      string
+	ConfigPath string
+	Runtime    string
+	HostRoot   string
+	StateDir   string
+}
+
+// Enroll generates a key pair, exchanges the bootstrap token for a node certificate, and
+// writes key, certificate, CA and the pinned task-signing key (all 0600) beside the config.
+func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
+	if o.Token == "" || o.Server == "" || o.CAFile == "" || o.ConfigPath == "" {
+		return Config{}, fmt.Errorf("--server, --ca-file, --token and --config are required")
+	}
+	tlsCfg, err := pki.ClientTLSConfig(o.CAFile)
+	if err != nil {
+		return Config{}, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Config{}, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return Config{}, err
+	}
+	body, _ := json.Marshal(apiv1.EnrollRequest{BootstrapToken: strings.TrimSpace(o.Token),
+		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}))})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(o.Server, "/")+"/api/v1/agent/enroll", bytes.NewReader(body))
+	if err != nil {
+		return Config{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Config{}, fmt.Errorf("enroll: cannot reach %s: %w", o.Server, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusCreated {
+		var ae apiv1.Error
+		if json.Unmarshal(data, &ae) == nil && ae.Message != "" {
+			return Config{}, fmt.Errorf("enroll refused: %s (%s)", ae.Message, ae.Code)
+		}
+		return Config{}, fmt.Errorf("enroll refused: %s", resp.Status)
+	}
+	var en apiv1.Enrollment
+	if err := json.Unmarshal(data, &en); err != nil {
+		return Config{}, fmt.Errorf("enroll: bad response: %w", err)
+	}
+	return writeIdentity(o, key, en)
+}
+
+func writeIdentity(o EnrollOptions, key *ecdsa.PrivateKey, en apiv1.Enrollment) (Config, error) {
+	dir := filepath.Dir(o.ConfigPath)
+	c := Config{Server: o.Server, NodeID: en.NodeID, Runtime: o.Runtime, HostRoot: o.HostRoot, StateDir: o.StateDir,
+		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "hostd.crt"), KeyFile: filepath.Join(dir, "hostd.key"),
+		SigningPubFile: filepath.Join(dir, "task-signing.pub")}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return c, err
+	}
+	files := []struct {
+		path string
+		data []byte
+	}{
+		{c.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})},
+		{c.CertFile, []byte(en.CertificatePEM)},
+		{c.CAFile, []byte(en.CAPEM)},
+		{c.SigningPubFile, []byte(en.TaskSigningPublicKeyPEM)},
+	}
+	for _, f := range files {
+		if err := mkdirWrite(f.path, f.data); err != nil {
+			return c, err
+		}
+	}
+	if _, err := pki.LoadSigningPub(c.SigningPubFile); err != nil {
+		return c, fmt.Errorf("enroll: controller sent an unusable signing key: %w", err)
+	}
+	return c, WriteConfig(o.ConfigPath, c)
+}

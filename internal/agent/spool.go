@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// Spool keeps task results on disk until the controller acknowledges them, so a controller
+// outage loses nothing. One 0600 file per task, written atomically.
+type Spool struct{ dir string }
+
+// NewSpool creates the spool directory.
+func NewSpool(dir string) (*Spool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	return &Spool{dir: dir}, nil
+}
+
+func (s *Spool) path(taskID string) string { return filepath.Join(s.dir, taskID+".json") }
+
+// Put stores a result.
+func (s *Spool) Put(r task.Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(s.path(r.TaskID), b, 0o600)
+}
+
+// Has reports whether a result for taskID is waiting.
+func (s *Spool) Has(taskID string) bool {
+	_, err := os.Stat(s.path(taskID))
+	return err == nil
+}
+
+// Remove drops an acknowledged result.
+func (s *Spool) Remove(taskID string) error {
+	err := os.Remove(s.path(taskID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Pending lists waiting results, oldest first.
+func (s *Spool) Pending() ([]task.Result, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	type item struct {
+		r   task.Result
+		mod int64
+	}
+	var items []item
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		var r task.Result
+		if err := json.Unmarshal(b, &r); err != nil || r.TaskID == "" {
+			continue // a torn file cannot exist (atomic writes); skip anything foreign
+		}
+		info, _ := e.Info()
+		items = append(items, item{r, info.ModTime().UnixNano()})
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].mod < items[j].mod })
+	out := make([]task.Result, len(items))
+	for i, it := range items {
+		out[i] = it.r
+	}
+	return out, nil
+}
