@@ -473,3 +473,32 @@ type Heartbeat struct {
 	Prerequisites   json.RawMessage `json:"prerequisites,omitempty"`
 	RunningTasks    int             `json:"running_tasks"`
 }
+
+// TaskPhase is one timed step of a node task.
+type TaskPhase struct {
+	Name       string    `json:"name"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	Status     string    `json:"status"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// Task is a node task as the admin API shows it.
+type Task struct {
+	ID             string          `json:"id"`
+	NodeID         string          `json:"node_id"`
+	AllocationID   string          `json:"allocation_id,omitempty"`
+	Type           string          `json:"type"`
+	Payload        json.RawMessage `json:"payload"`
+	Status         string          `json:"status"`
+	Attempt        int             `json:"attempt"`
+	MaxAttempts    int             `json:"max_attempts"`
+	NotAfter       time.Time       `json:"not_after"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	Phases         []TaskPhase     `json:"phases"`
+	Error          string          `json:"error,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -32,7 +33,8 @@ func setup(f *Factory) (Config, *client.Client, error) {
 // NewCmdNodes is `gpuaasctl nodes`.
 func NewCmdNodes(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "nodes", Short: "Register, inspect and drain GPU nodes (admin)"}
-	cmd.AddCommand(newCmdNodesAdd(f), newCmdNodesList(f), newCmdNodesShow(f), newCmdNodesDrain(f, true), newCmdNodesDrain(f, false))
+	cmd.AddCommand(newCmdNodesAdd(f), newCmdNodesList(f), newCmdNodesShow(f), newCmdNodesDrain(f, true), newCmdNodesDrain(f, false),
+		newCmdNodesBootstrapToken(f))
 	return cmd
 }
 
@@ -55,7 +57,14 @@ func newCmdNodesAdd(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printNodes(f, cfg.Output, n, []apiv1.Node{*n})
+			if err := printNodes(f, cfg.Output, n, []apiv1.Node{*n}); err != nil {
+				return err
+			}
+			if cfg.Output == "table" && n.BootstrapToken != "" {
+				fmt.Fprintf(f.IO.Out, "\nbootstrap token (one-time, expires %s):\n%s\n", n.BootstrapTokenExpiresAt.Format(time.RFC3339), n.BootstrapToken)
+				fmt.Fprintln(f.IO.ErrOut, "enroll the host with: gpuaas-hostd enroll --server URL --ca-file CA --token TOKEN --config /etc/gpuaas/hostd.yaml")
+			}
+			return nil
 		},
 	}
 	fl := cmd.Flags()
@@ -298,6 +307,30 @@ func newCmdSlotsEnable(f *Factory, enable bool) *cobra.Command {
 				return err
 			}
 			return printSlots(f, cfg.Output, s, []apiv1.Slot{*s})
+		},
+	}
+}
+
+func newCmdNodesBootstrapToken(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "bootstrap-token NODE",
+		Short: "Issue a new one-time enrollment token for a node's host daemon",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cfg, c, err := setup(f)
+			if err != nil {
+				return err
+			}
+			bt, err := c.NewBootstrapToken(ctxb(), args[0])
+			if err != nil {
+				return err
+			}
+			if cfg.Output == "table" {
+				fmt.Fprintln(f.IO.Out, bt.Token)
+				fmt.Fprintf(f.IO.ErrOut, "one-time token for node %s, expires %s\n", bt.NodeID, bt.ExpiresAt.Format(time.RFC3339))
+				return nil
+			}
+			return render(f.IO.Out, cfg.Output, bt, nil)
 		},
 	}
 }

@@ -48,6 +48,7 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid request, 3 unauthorized/forbidden,
 		NewCmdTenants(f),
 		NewCmdTokens(f),
 		NewCmdAudit(f),
+		NewCmdTasks(f),
 	)
 	return root
 }

@@ -353,3 +353,31 @@ func (c *Client) Audit(ctx context.Context, limit int) ([]apiv1.AuditEntry, erro
 	_, err := c.do(ctx, "GET", "/api/v1/admin/audit", q, nil, &out, nil)
 	return out.Items, err
 }
+
+// ListTasks lists node tasks (admin), optionally for one node or allocation.
+func (c *Client) ListTasks(ctx context.Context, node, allocation string) ([]apiv1.Task, error) {
+	q := url.Values{}
+	if node != "" {
+		q.Set("node", node)
+	}
+	if allocation != "" {
+		q.Set("allocation", allocation)
+	}
+	var out apiv1.List[apiv1.Task]
+	_, err := c.do(ctx, "GET", "/api/v1/tasks", q, nil, &out, nil)
+	return out.Items, err
+}
+
+// GetTask shows one node task with its phases.
+func (c *Client) GetTask(ctx context.Context, id string) (*apiv1.Task, error) {
+	var out apiv1.Task
+	_, err := c.do(ctx, "GET", "/api/v1/tasks/"+esc(id), nil, nil, &out, nil)
+	return &out, err
+}
+
+// NewBootstrapToken issues a fresh one-time enrollment token for a node (admin).
+func (c *Client) NewBootstrapToken(ctx context.Context, node string) (*apiv1.BootstrapToken, error) {
+	var out apiv1.BootstrapToken
+	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/bootstrap-token", nil, nil, &out, nil)
+	return &out, err
+}

@@ -1,8 +1,9 @@
 // Command demo is `make demo`: it runs the main job end to end on the embedded default — a
 // private PostgreSQL under a temporary state directory, the controller, a node with an
-// approved slot map, and an allocation created, shown and released through the CLI —
-// printing every command and its output. Host-side provisioning (the host daemon and the VM
-// runtime) joins the demo as those parts land.
+// approved slot map, a host daemon enrolled with the node's one-time bootstrap token (sim
+// runtime: no VM, labelled simulated), and an allocation created, provisioned through real
+// signed tasks, shown with its phase timings, and released with wipe proofs — printing every
+// command and its output.
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
 )
 
@@ -76,10 +78,9 @@ func run() error {
 		return err
 	}
 	defer logf.Close()
-	ctl := exec.Command(filepath.Join(abs, "gpuaas-controller"), "serve", "--state-dir", filepath.Join(dir, "state"),
-		"--listen", addr, "--heartbeat-max-age", "0")
+	ctl := exec.Command(filepath.Join(abs, "gpuaas-controller"), "serve", "--state-dir", filepath.Join(dir, "state"), "--listen", addr)
 	ctl.Stdout, ctl.Stderr = logf, logf
-	fmt.Printf("$ gpuaas-controller serve --state-dir %s/state --listen %s --heartbeat-max-age 0\n", dir, addr)
+	fmt.Printf("$ gpuaas-controller serve --state-dir %s/state --listen %s\n", dir, addr)
 	if err := ctl.Start(); err != nil {
 		return err
 	}
@@ -151,9 +152,14 @@ func run() error {
 	}
 
 	d.say("Register an 8x H200 node and review its slot map (dry run), then approve it")
-	if _, err := d.ctl("nodes", "add", "h200-demo-01", "--region", "lab", "--sku", "h200-sxm-baremetal-8g",
-		"--slice-sku", "h200-sxm-slice", "--profile-tag", "gpuaas-profile-slice-vm", "--hardware-tag", "gpu-nvidia-h200"); err != nil {
+	out, err = d.ctl("nodes", "add", "h200-demo-01", "--region", "lab", "--sku", "h200-sxm-baremetal-8g",
+		"--slice-sku", "h200-sxm-slice", "--profile-tag", "gpuaas-profile-slice-vm", "--hardware-tag", "gpu-nvidia-h200", "-o", "json")
+	if err != nil {
 		return err
+	}
+	var node apiv1.Node
+	if err := json.Unmarshal(out, &node); err != nil || node.BootstrapToken == "" {
+		return fmt.Errorf("node json without bootstrap_token: %v", err)
 	}
 	slotsFile := filepath.Join(dir, "h200-demo-01.slots.yaml")
 	if err := writeYAML(slotsFile, map[string]any{"slots": fixtures.H200SlotMap(1)}); err != nil {
@@ -165,6 +171,50 @@ func run() error {
 	}
 	if _, err := d.ctl("slots", "apply", "h200-demo-01", "-f", slotsFile); err != nil {
 		return err
+	}
+	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
+		return err
+	}
+
+	d.say("Enroll the host daemon with the node's one-time bootstrap token, then run it (sim runtime)")
+	hostdCfg := filepath.Join(dir, "hostd", "hostd.yaml")
+	hostRoot := filepath.Join(dir, "hostroot")
+	caFile := filepath.Join(state, "tls", "ca.crt")
+	if err := d.run("gpuaas-hostd", "enroll", "--server", "https://"+addr, "--ca-file", caFile, "--token", node.BootstrapToken,
+		"--config", hostdCfg, "--runtime", "sim", "--host-root", hostRoot, "--state-dir", filepath.Join(hostRoot, "var/lib/gpuaas/hostd")); err != nil {
+		return err
+	}
+	hlog, err := os.Create(filepath.Join(dir, "hostd.log"))
+	if err != nil {
+		return err
+	}
+	defer hlog.Close()
+	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), "run", "--config", hostdCfg, "--heartbeat", "2s")
+	hostd.Stdout, hostd.Stderr = hlog, hlog
+	fmt.Printf("$ gpuaas-hostd run --config %s &\n", hostdCfg)
+	if err := hostd.Start(); err != nil {
+		return err
+	}
+	hostdExited := make(chan error, 1)
+	go func() { hostdExited <- hostd.Wait() }()
+	defer func() {
+		_ = hostd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-hostdExited:
+		case <-time.After(20 * time.Second):
+			_ = hostd.Process.Kill()
+		}
+		fmt.Println("host daemon stopped")
+	}()
+	api, err := client.New(client.Options{Server: "https://" + addr, CAFile: caFile, Token: readToken(filepath.Join(state, "admin.token"))})
+	if err != nil {
+		return err
+	}
+	if err := waitFor(60*time.Second, func() (bool, error) {
+		n, err := api.GetNode(context.Background(), "h200-demo-01")
+		return err == nil && n.LastHeartbeatAt != nil, nil
+	}); err != nil {
+		return fmt.Errorf("host daemon never reported a heartbeat: %w", err)
 	}
 	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
 		return err
@@ -193,9 +243,29 @@ func run() error {
 	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
 		return err
 	}
-	adminEnv()
-	d.say("The operator's view of the same allocation: node, slots, NUMA, devices")
+	fmt.Println("(waiting for the host daemon to provision it through signed slice.vm_provision ...)")
+	if err := waitFor(120*time.Second, func() (bool, error) {
+		got, err := api.GetAllocation(context.Background(), a.ID)
+		if err == nil && got.Status == "failed" {
+			return false, fmt.Errorf("allocation failed: %s", got.FailureReason)
+		}
+		return err == nil && got.Status == "active", nil
+	}); err != nil {
+		return err
+	}
 	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
+		return err
+	}
+	adminEnv()
+	d.say("The operator's view: node, slots, NUMA, devices, and the task's 17 timed phases")
+	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
+		return err
+	}
+	tasks, err := api.ListTasks(context.Background(), "", a.ID)
+	if err != nil || len(tasks) == 0 {
+		return fmt.Errorf("no tasks for the allocation: %v", err)
+	}
+	if _, err := d.ctl("tasks", "show", tasks[len(tasks)-1].ID); err != nil {
 		return err
 	}
 	tenantEnv()
@@ -205,8 +275,14 @@ func run() error {
 		return errors.New("3-GPU request unexpectedly succeeded")
 	}
 
-	d.say("Release the allocation (it never reached a host, so its slots return at once)")
+	d.say("Release the allocation: slice.vm_release tears down and returns wipe proofs")
 	if _, err := d.ctl("alloc", "release", a.ID); err != nil {
+		return err
+	}
+	if err := waitFor(120*time.Second, func() (bool, error) {
+		got, err := api.GetAllocation(context.Background(), a.ID)
+		return err == nil && got.Status == "released", nil
+	}); err != nil {
 		return err
 	}
 	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
@@ -220,8 +296,9 @@ func run() error {
 	if _, err := d.ctl("audit", "--limit", "12"); err != nil {
 		return err
 	}
-	fmt.Println("\ndemo complete: controller + embedded PostgreSQL, node with approved slots, allocation created, shown and released.")
-	fmt.Println("not yet in the demo: the host daemon and VM provisioning (they arrive with the host-agent and slice-runtime work).")
+	fmt.Println("\ndemo complete: controller + embedded PostgreSQL, an enrolled host daemon, a node with approved slots,")
+	fmt.Println("an allocation provisioned and released through signed tasks.")
+	fmt.Println("simulated here: the VM itself (sim runtime; the libvirt/lab runtimes arrive with the slice-VM work).")
 	return nil
 }
 
@@ -314,4 +391,37 @@ func writeYAML(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, y, 0o644)
+}
+
+// run runs one of the built binaries, echoing it.
+func (d *demo) run(bin string, args ...string) error {
+	fmt.Printf("$ %s %s\n", bin, strings.Join(args, " "))
+	cmd := exec.Command(filepath.Join(d.bin, bin), args...)
+	out, err := cmd.CombinedOutput()
+	os.Stdout.Write(out)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
+	}
+	return nil
+}
+
+func readToken(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
+}
+
+// waitFor polls cond until it is true, fails, or timeout passes.
+func waitFor(timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond) // status poll, bounded by the deadline
+	}
+	return fmt.Errorf("timed out after %s", timeout)
 }
