@@ -6,7 +6,7 @@ COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS := -X github.com/gpuaas/gpuaas/internal/buildinfo.Version=$(VERSION) -X github.com/gpuaas/gpuaas/internal/buildinfo.Commit=$(COMMIT)
 BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
 # Packages with concurrency worth the race detector; the rest run without it to keep CI fast.
-RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/...
+RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/... ./internal/dispatch/... ./internal/agent/...
 TEST_FLAGS ?= -count=1 -timeout 20m
 
 .PHONY: all build test test-race test-rest demo bench lint completions deps clean

@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// fakeController serves the agent endpoints over mTLS with the real PKI; handlers are set
+// per test. It stands in for the controller only to make it fail on purpose.
+type fakeController struct {
+	srv     *httptest.Server
+	dir     string
+	mu      sync.Mutex
+	tasks   []*task.Envelope
+	results map[string]int // task id -> accepted deliveries
+	down    atomic.Bool    // answer 503 to results
+}
+
+func newFake(t *testing.T) *fakeController {
+	f := &fakeController{dir: t.TempDir(), results: map[string]int{}}
+	if _, err := pki.Init(pki.InitOptions{Dir: f.dir}); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/agent/tasks", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.tasks) == 0 {
+			w.WriteHeader(204)
+			return
+		}
+		env := f.tasks[0]
+		f.tasks = f.tasks[1:]
+		_ = json.NewEncoder(w).Encode(env)
+	})
+	mux.HandleFunc("POST /api/v1/agent/tasks/{id}/result", func(w http.ResponseWriter, r *http.Request) {
+		if f.down.Load() {
+			w.WriteHeader(503)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		f.mu.Lock()
+		f.results[r.PathValue("id")]++
+		f.mu.Unlock()
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(`{}`))
+	})
+	mux.HandleFunc("POST /api/v1/agent/", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	f.srv = httptest.NewUnstartedServer(mux)
+	var err error
+	if f.srv.TLS, err = pki.ServerTLSConfig(f.dir); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeController) delivered(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.results[id]
+}
+
+// identity writes an enrolled host's files and returns its config.
+func identity(t *testing.T, f *fakeController, nodeID string) Config {
+	t.Helper()
+	ca, _ := pki.LoadCA(f.dir)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, err := ca.IssueClientCert(&key.PublicKey, "node:"+nodeID, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	p := pki.Paths{Dir: f.dir}
+	c := Config{Server: f.srv.URL, NodeID: nodeID, CAFile: p.CACert(), CertFile: filepath.Join(dir, "hostd.crt"),
+		KeyFile: filepath.Join(dir, "hostd.key"), SigningPubFile: p.SigningPub(), StateDir: filepath.Join(dir, "state"),
+		Runtime: "sim", PollWait: time.Second, Heartbeat: time.Hour}
+	_ = mkdirWrite(c.CertFile, certPEM)
+	_ = mkdirWrite(c.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	c.defaults()
+	return c
+}
+
+func (f *fakeController) queue(t *testing.T, nodeID, taskID string) {
+	t.Helper()
+	key, _ := pki.LoadSigningKey(f.dir)
+	numa := 0
+	env, err := task.New(key, taskID, nodeID, task.TypeVMProvision, task.VMProvision{AllocationID: "a1",
+		Bundles: []task.Bundle{{SlotID: "s0", GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", NVMeDevice: "/dev/disk/by-id/x", NUMANode: &numa}},
+		Image:   task.Image{Slug: "i", DigestSHA256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}, time.Now(), time.Hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.tasks = append(f.tasks, env)
+	f.mu.Unlock()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // condition poll, bounded by the deadline
+	}
+}
+
+// A result produced while the controller is down is spooled and delivered exactly once
+// when it is back; the task id is remembered so a redelivery is refused as a replay.
+func TestSpoolDeliversAfterOutageExactlyOnce(t *testing.T) {
+	f := newFake(t)
+	cfg := identity(t, f, "node-1")
+	a, err := New(cfg, slog.New(slog.DiscardHandler), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.down.Store(true)
+	f.queue(t, "node-1", "task-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	waitUntil(t, "the result to be spooled", func() bool { return a.spool.Has("task-1") })
+	if f.delivered("task-1") != 0 {
+		t.Fatal("delivered while the controller was down")
+	}
+	f.down.Store(false)
+	a.kickSender()
+	waitUntil(t, "delivery after the outage", func() bool { return f.delivered("task-1") == 1 })
+	waitUntil(t, "the spool to empty", func() bool { return !a.spool.Has("task-1") })
+	// The same task delivered again is a replay: not run, not reported twice.
+	f.queue(t, "node-1", "task-1")
+	a.kickSender()
+	waitUntil(t, "the redelivered task to be consumed", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.tasks) == 0
+	})
+	cancel()
+	<-done
+	if n := f.delivered("task-1"); n != 1 {
+		t.Fatalf("result delivered %d times", n)
+	}
+	done2, _ := a.replay.Completed("task-1")
+	if !done2 {
+		t.Fatal("completed task id not remembered")
+	}
+}
+
+// A task signed for another node is refused and reported, never run.
+func TestForeignTaskRefusedAndReported(t *testing.T) {
+	f := newFake(t)
+	cfg := identity(t, f, "node-1")
+	a, err := New(cfg, slog.New(slog.DiscardHandler), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.queue(t, "node-2", "task-x")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	waitUntil(t, "the refusal to be reported", func() bool { return f.delivered("task-x") == 1 })
+	cancel()
+	<-done
+	if ok, _ := a.replay.Completed("task-x"); ok {
+		t.Fatal("a foreign task's id was marked completed")
+	}
+}

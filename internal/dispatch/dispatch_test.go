@@ -1,0 +1,256 @@
+package dispatch_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/dispatch"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, store.MigrateForTest)) }
+
+type world struct {
+	t      *testing.T
+	ctx    context.Context
+	st     *store.Store
+	svc    *alloc.Service
+	d      *dispatch.Dispatcher
+	pub    ed25519.PublicKey
+	node   apiv1.Node
+	tenant alloc.Actor
+}
+
+func setup(t *testing.T, cfg dispatch.Config) *world {
+	t.Helper()
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	w := &world{t: t, ctx: ctx, st: st, svc: alloc.New(st, alloc.Config{}), pub: pub}
+	w.d = dispatch.New(st, w.svc, priv, nil, cfg)
+	var tn apiv1.Tenant
+	err = st.InTx(ctx, func(tx *store.Tx) error {
+		if tn, err = tx.CreateTenant(ctx, "acme"); err != nil {
+			return err
+		}
+		if _, err := tx.CreateImage(ctx, apiv1.OSImage{Slug: "img", DisplayName: "i", Version: "1", Target: "vm_slice", Family: "debian",
+			Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http", SourceRef: "https://x/i", DigestSHA256: strings.Repeat("cd", 32),
+			DefaultUsername: "d", DriverStrategy: "none", Active: true}); err != nil {
+			return err
+		}
+		if w.node, err = tx.CreateNode(ctx, apiv1.NodeCreate{Name: "n1", Region: "lab", SliceSKU: "h200-sxm-slice"}); err != nil {
+			return err
+		}
+		_, err = tx.ApplySlots(ctx, w.node.ID, fixtures.H200SlotMap(1), false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tenant = alloc.Actor{TokenID: "t", Name: "acme", Role: "tenant", TenantID: tn.ID}
+	return w
+}
+
+func (w *world) allocate(gpus int) apiv1.Allocation {
+	w.t.Helper()
+	a, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: gpus}, "")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		w.t.Fatal(err)
+	}
+	return a
+}
+
+func (w *world) status(id string) string {
+	w.t.Helper()
+	a, err := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return a.Status
+}
+
+func (w *world) poll(wait time.Duration) *task.Envelope {
+	w.t.Helper()
+	env, err := w.d.Poll(w.ctx, w.node.ID, wait)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return env
+}
+
+func TestProvisionTaskCarriesTheVerifiablePlan(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(2)
+	env := w.poll(time.Second)
+	if env == nil || env.Type != task.TypeVMProvision || env.Attempt != 1 {
+		t.Fatalf("envelope = %+v", env)
+	}
+	v := &task.Verifier{Key: w.pub, NodeID: w.node.ID}
+	p, err := v.Verify(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := p.(*task.VMProvision)
+	if plan.AllocationID != a.ID || len(plan.Bundles) != 2 || plan.Bundles[0].FabricVFPCI != "0000:1a:00.2" ||
+		plan.Bundles[1].NVMeDevice == "" || plan.Profile.VCPUCount != 48 || plan.Image.DigestSHA256 == "" {
+		t.Fatalf("plan = %+v", plan)
+	}
+	if st := w.status(a.ID); st != "provisioning" {
+		t.Fatalf("allocation %s after lease, want provisioning", st)
+	}
+	// Nothing else is queued: the next poll waits out its time and returns nothing.
+	if env := w.poll(50 * time.Millisecond); env != nil {
+		t.Fatalf("second task delivered: %+v", env)
+	}
+}
+
+func TestPollWakesOnNewTaskWithoutWaitingOut(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	got := make(chan *task.Envelope, 1)
+	go func() {
+		env, _ := w.d.Poll(w.ctx, w.node.ID, time.Minute)
+		got <- env
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.d.Hub().Waiting(w.node.ID) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // until the poll is parked
+	}
+	w.allocate(1)
+	select {
+	case env := <-got:
+		if env == nil || env.Type != task.TypeVMProvision {
+			t.Fatalf("woken poll got %+v", env)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting poll was not woken by the new task (it would have waited a minute)")
+	}
+}
+
+func TestLeaseExpiryRedeliversButNeverConcurrently(t *testing.T) {
+	w := setup(t, dispatch.Config{Lease: time.Second})
+	w.allocate(1)
+	first := w.poll(time.Second)
+	if first == nil {
+		t.Fatal("no task")
+	}
+	// While the lease holds, nobody else gets the task.
+	if env := w.poll(100 * time.Millisecond); env != nil {
+		t.Fatalf("task delivered twice during its lease: attempt %d", env.Attempt)
+	}
+	// The host holding it dies; after the lease the task comes back with the next attempt.
+	var again *task.Envelope
+	deadline := time.Now().Add(15 * time.Second)
+	for again == nil && time.Now().Before(deadline) {
+		again = w.poll(200 * time.Millisecond)
+	}
+	if again == nil || again.TaskID != first.TaskID || again.Attempt != 2 {
+		t.Fatalf("redelivery = %+v", again)
+	}
+}
+
+func TestResultsDriveTheAllocationAndDuplicatesAreIdempotent(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(1)
+	env := w.poll(time.Second)
+	res := task.Result{TaskID: env.TaskID, Attempt: 1, Status: "succeeded", Phases: []task.Phase{{Name: "lease_acquire", Status: "ok"}}}
+	for i := 0; i < 2; i++ { // the second is a duplicate after a lost acknowledgement
+		tr, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, res)
+		if err != nil || tr.Status != "succeeded" {
+			t.Fatalf("result %d: %+v %v", i, tr, err)
+		}
+	}
+	if st := w.status(a.ID); st != "active" {
+		t.Fatalf("allocation = %s", st)
+	}
+	// A different late result cannot rewrite the recorded one.
+	if tr, _ := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "failed", Error: "late"}); tr.Status != "succeeded" {
+		t.Fatalf("late result rewrote the task: %s", tr.Status)
+	}
+	// Another node cannot report on this task.
+	if _, err := w.d.Result(w.ctx, "00000000-0000-0000-0000-000000000000", env.TaskID, res); err == nil {
+		t.Fatal("another node reported a result")
+	}
+	// Release: the release task returns wipe proof for the slot.
+	if _, err := w.svc.Release(w.ctx, w.tenant, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	rel := w.poll(time.Second)
+	if rel == nil || rel.Type != task.TypeVMRelease {
+		t.Fatalf("release task = %+v", rel)
+	}
+	p, err := (&task.Verifier{Key: w.pub, NodeID: w.node.ID}).Verify(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := p.(*task.VMRelease).Bundles[0].SlotID
+	out, _ := json.Marshal(task.ReleaseOutput{Released: true, Wiped: map[string]task.WipeProof{slot: {Verified: true, Method: "blkdiscard_zero_verify"}}})
+	if _, err := w.d.Result(w.ctx, w.node.ID, rel.TaskID, task.Result{Status: "succeeded", Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.status(a.ID); st != "released" {
+		t.Fatalf("allocation after release = %s", st)
+	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "available" {
+		t.Fatalf("slot after verified wipe = %s", slots[0].Status)
+	}
+}
+
+func TestFailedProvisionFailsTheAllocation(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(1)
+	env := w.poll(time.Second)
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "failed", Error: "image_digest_verify: sha256 mismatch"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
+	if got.Status != "failed" || !strings.Contains(got.FailureReason, "sha256 mismatch") {
+		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
+	}
+}
+
+func TestExpiredTaskFailsTheAllocation(t *testing.T) {
+	w := setup(t, dispatch.Config{ProvisionTTL: time.Second})
+	a := w.allocate(1)
+	deadline := time.Now().Add(15 * time.Second)
+	for w.status(a.ID) != "failed" && time.Now().Before(deadline) {
+		if err := w.d.Reap(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // until the 1s TTL passes
+	}
+	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
+	if got.Status != "failed" || !strings.Contains(got.FailureReason, "deadline") {
+		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
+	}
+	// The never-provisioned slot is available again; the expired task is not delivered.
+	if env := w.poll(50 * time.Millisecond); env != nil {
+		t.Fatalf("expired task delivered: %+v", env)
+	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "available" {
+		t.Fatalf("slot = %s", slots[0].Status)
+	}
+}
