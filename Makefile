@@ -25,7 +25,7 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver)(/|$$)')
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent)(/|$$)')
 
 demo: deps build
 	$(GO) run ./internal/demo --bin bin
