@@ -48,6 +48,9 @@ type Agent struct {
 	inflight map[string]bool
 	sendNow  chan struct{}
 	running  atomic.Int32
+	m        *metrics
+	// metricsAddr is where /metrics listens (set once serving).
+	metricsAddr atomic.Value
 }
 
 // New loads the identity and prepares state directories.
@@ -77,9 +80,10 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 		return nil, err
 	}
 	a.verifier = &task.Verifier{Key: pub, NodeID: cfg.NodeID, Skew: cfg.ClockSkew, Replay: a.replay}
+	a.m = newMetrics(a)
 	switch cfg.Runtime {
 	case "sim":
-		a.runtime = slicevm.Sim{}
+		a.runtime = slicevm.Sim{PhaseDelay: cfg.SimPhaseDelay}
 	default:
 		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
 	}
@@ -109,6 +113,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go a.watchdog(bg)
+	if a.cfg.MetricsListen != "" {
+		if err := a.serveMetrics(bg, a.cfg.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen %s: %w", a.cfg.MetricsListen, err)
+		}
+	}
 	go a.heartbeatLoop(ctx)
 	senderDone := make(chan struct{})
 	go func() { a.sendLoop(bg); close(senderDone) }()
@@ -125,6 +134,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			<-a.sem
 			if ctx.Err() == nil {
+				a.m.pollErrors.Inc()
 				d := backoff.next()
 				a.log.Warn("poll failed; retrying", "err", err, "in", d)
 				sleepCtx(ctx, d)
@@ -263,6 +273,7 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 	switch {
 	case errors.As(err, &refused):
 		log.Warn("task refused", "reason", refused.Reason, "detail", refused.Detail)
+		a.m.refusals.WithLabelValues(refused.Reason).Inc()
 		res.Status, res.Error = "refused", refused.Reason+": "+refused.Detail
 		if refused.Reason == task.RefuseReplay {
 			return // already completed here; its result was delivered before
@@ -278,7 +289,10 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		return // retried on redelivery
 	default:
 		log.Info("task started")
+		start := time.Now()
 		res = a.run(ctx, env, payload)
+		a.m.duration.WithLabelValues(string(env.Type)).Observe(time.Since(start).Seconds())
+		a.m.tasks.WithLabelValues(string(env.Type), res.Status).Inc()
 		log.Info("task finished", "status", res.Status, "error", res.Error)
 	}
 	if err := a.spool.Put(res); err != nil {
@@ -294,6 +308,21 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.Result {
 	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
 	rec := &slicevm.Recorder{OnUpdate: func(ph []task.Phase) { a.progress(env.TaskID, ph) }}
+	// Keep the lease alive through long phases: report progress at least every 10s.
+	keep, stopKeep := context.WithCancel(ctx)
+	defer stopKeep()
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-keep.Done():
+				return
+			case <-t.C:
+				a.progress(env.TaskID, rec.Phases())
+			}
+		}
+	}()
 	var out any
 	var err error
 	switch p := payload.(type) {

@@ -32,6 +32,9 @@ type Config struct {
 	Heartbeat      time.Duration `mapstructure:"heartbeat" yaml:"heartbeat"`
 	ClockSkew      time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
 	MetricsListen  string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
+	// SimPhaseDelay makes each simulated phase take this long (sim runtime only), so
+	// operators and tests can watch progress and interrupt a running task.
+	SimPhaseDelay time.Duration `mapstructure:"sim_phase_delay" yaml:"sim_phase_delay,omitempty"`
 }
 
 // BindRunFlags declares `run` flags.
@@ -44,6 +47,7 @@ func BindRunFlags(fs *pflag.FlagSet) {
 	fs.Duration("poll-wait", 0, "long-poll wait (default 30s)")
 	fs.Duration("heartbeat", 0, "heartbeat interval (default 15s)")
 	fs.String("metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:9464 (default off)")
+	fs.Duration("sim-phase-delay", 0, "sim runtime only: time each simulated phase takes")
 }
 
 // LoadConfig reads the file named by --config, then env, then flags.

@@ -23,6 +23,8 @@ type Config struct {
 	LogLevel        string        `mapstructure:"log_level"`
 	LogFormat       string        `mapstructure:"log_format"`
 	MaxDBConns      int32         `mapstructure:"max_db_conns"`
+	TaskLease       time.Duration `mapstructure:"task_lease"`
+	ProvisionTTL    time.Duration `mapstructure:"provision_ttl"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -48,6 +50,10 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "text", "log format: text or json")
 		case "max-db-conns":
 			fs.Int32(n, 16, "database connection pool size")
+		case "task-lease":
+			fs.Duration(n, 2*time.Minute, "visibility timeout of a leased host task; a silent host's task is redelivered after it")
+		case "provision-ttl":
+			fs.Duration(n, 20*time.Minute, "deadline of slice.vm_provision; past it the allocation fails")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -100,6 +106,9 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 	}
 	if fs.Lookup("log-format") != nil && c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("--log-format must be text or json")
+	}
+	if fs.Lookup("task-lease") != nil && (c.TaskLease < time.Second || c.ProvisionTTL < c.TaskLease) {
+		return fmt.Errorf("--task-lease must be >= 1s and --provision-ttl >= --task-lease")
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

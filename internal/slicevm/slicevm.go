@@ -6,6 +6,7 @@ package slicevm
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -26,6 +27,7 @@ var ReleasePhases = []string{"shutdown", "undefine", "vfio_rebind", "cloud_init_
 type Recorder struct {
 	Now      func() time.Time
 	OnUpdate func([]task.Phase) // called after each phase (live progress)
+	mu       sync.Mutex
 	phases   []task.Phase
 }
 
@@ -41,7 +43,9 @@ func (r *Recorder) Run(name string, fn func() error) error {
 	if err != nil {
 		p.Status, p.Error = "failed", err.Error()
 	}
+	r.mu.Lock()
 	r.phases = append(r.phases, p)
+	r.mu.Unlock()
 	if r.OnUpdate != nil {
 		r.OnUpdate(r.Phases())
 	}
@@ -49,7 +53,11 @@ func (r *Recorder) Run(name string, fn func() error) error {
 }
 
 // Phases returns a copy of the phases so far.
-func (r *Recorder) Phases() []task.Phase { return append([]task.Phase(nil), r.phases...) }
+func (r *Recorder) Phases() []task.Phase {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]task.Phase(nil), r.phases...)
+}
 
 // Runtime provisions and releases slice VMs.
 type Runtime interface {
@@ -63,7 +71,24 @@ func VMName(allocationID string) string { return "gpuaas-" + allocationID }
 
 // Sim is the simulated runtime: it validates the plan and walks every phase without touching
 // the host. Its outputs are labelled simulated; its wipe proofs say no disk was written.
-type Sim struct{}
+type Sim struct {
+	// PhaseDelay is how long each simulated phase takes (0 = instant).
+	PhaseDelay time.Duration
+}
+
+func (s Sim) pause(ctx context.Context) error {
+	if s.PhaseDelay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(s.PhaseDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
 
 // Name is "sim".
 func (Sim) Name() string { return "sim" }
@@ -88,7 +113,7 @@ func validatePlan(bundles []task.Bundle) error {
 }
 
 // Provision walks the 17 phases.
-func (Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (task.ProvisionOutput, error) {
+func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (task.ProvisionOutput, error) {
 	out := task.ProvisionOutput{Runtime: "sim", Simulated: true, VMName: VMName(p.AllocationID)}
 	if len(p.Bundles) > 0 {
 		out.PrivateIP = p.Bundles[0].PrivateIP
@@ -98,6 +123,9 @@ func (Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (t
 			return out, err
 		}
 		err := rec.Run(ph, func() error {
+			if err := s.pause(ctx); err != nil {
+				return err
+			}
 			if ph == "lease_acquire" {
 				return validatePlan(p.Bundles)
 			}

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	reg        *prometheus.Registry
+	tasks      *prometheus.CounterVec
+	refusals   *prometheus.CounterVec
+	pollErrors prometheus.Counter
+	spooled    prometheus.GaugeFunc
+	running    prometheus.GaugeFunc
+	duration   *prometheus.HistogramVec
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.tasks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuaas_hostd_tasks_total", Help: "Tasks run, by type and final status."}, []string{"type", "status"})
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuaas_hostd_task_refusals_total", Help: "Tasks refused before running, by reason."}, []string{"reason"})
+	m.pollErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuaas_hostd_poll_errors_total", Help: "Failed long polls (controller unreachable or refusing)."})
+	m.spooled = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuaas_hostd_spooled_results", Help: "Results waiting in the spool for acknowledgement."}, func() float64 {
+		p, _ := a.spool.Pending()
+		return float64(len(p))
+	})
+	m.running = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuaas_hostd_running_tasks", Help: "Tasks running now."}, func() float64 { return float64(a.running.Load()) })
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpuaas_hostd_task_seconds", Help: "Task run time by type.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 3, 10)}, []string{"type"})
+	m.reg.MustRegister(m.tasks, m.refusals, m.pollErrors, m.spooled, m.running, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// serveMetrics serves /metrics on addr until ctx ends (a local port; the host dials out only).
+func (a *Agent) serveMetrics(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server", "err", err)
+		}
+	}()
+	a.metricsAddr.Store(ln.Addr().String())
+	a.log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
