@@ -31,7 +31,7 @@ demo: deps build
 	$(GO) run ./internal/demo --bin bin
 
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/...
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

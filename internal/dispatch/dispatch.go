@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
@@ -55,6 +56,9 @@ type Dispatcher struct {
 	cfg   Config
 	kick  chan struct{}
 	now   func() time.Time
+
+	listenOnce sync.Once
+	listening  chan struct{}
 }
 
 // New returns a Dispatcher; Run starts its workers.
@@ -63,11 +67,15 @@ func New(st *store.Store, svc *alloc.Service, key ed25519.PrivateKey, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Dispatcher{st: st, alloc: svc, key: key, hub: NewHub(), log: log, cfg: cfg, kick: make(chan struct{}, 1), now: time.Now}
+	return &Dispatcher{st: st, alloc: svc, key: key, hub: NewHub(), log: log, cfg: cfg, kick: make(chan struct{}, 1), now: time.Now,
+		listening: make(chan struct{})}
 }
 
 // Hub exposes the wake-up hub.
 func (d *Dispatcher) Hub() *Hub { return d.hub }
+
+// Listening is closed once this replica receives other replicas' task notifications.
+func (d *Dispatcher) Listening() <-chan struct{} { return d.listening }
 
 // Kick asks the outbox worker to run now (call after committing an allocation change).
 func (d *Dispatcher) Kick() {
@@ -79,7 +87,9 @@ func (d *Dispatcher) Kick() {
 
 // Run runs the LISTEN relay, the outbox worker and the reaper until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) {
-	go d.st.Listen(ctx, NotifyChannel, d.hub.Wake, func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) })
+	go d.st.Listen(ctx, NotifyChannel, d.hub.Wake,
+		func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) },
+		func() { d.listenOnce.Do(func() { close(d.listening) }) })
 	reap := time.NewTicker(d.cfg.ReapEvery)
 	sweep := time.NewTicker(d.cfg.OutboxEvery)
 	defer reap.Stop()

@@ -254,3 +254,42 @@ func TestExpiredTaskFailsTheAllocation(t *testing.T) {
 		t.Fatalf("slot = %s", slots[0].Status)
 	}
 }
+
+// A host long-polling replica A receives a task created through replica B: B's NOTIFY (sent
+// after commit) reaches A's LISTEN relay, which wakes the waiting poll.
+func TestCrossReplicaWakeUp(t *testing.T) {
+	w := setup(t, dispatch.Config{OutboxEvery: time.Hour, ReapEvery: time.Hour})
+	_, privB, _ := ed25519.GenerateKey(rand.Reader)
+	replicaB := dispatch.New(w.st, w.svc, privB, nil, dispatch.Config{})
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	go w.d.Run(ctx) // replica A: LISTEN relay running; its outbox sweep is effectively off
+	got := make(chan *task.Envelope, 1)
+	go func() {
+		env, _ := w.d.Poll(ctx, w.node.ID, time.Minute)
+		got <- env
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.d.Hub().Waiting(w.node.ID) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // until the poll is parked on A
+	}
+	select {
+	case <-w.d.Listening():
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica A never started listening")
+	}
+	if _, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replicaB.ProcessOutbox(w.ctx, 10); err != nil { // B queues the task and notifies
+		t.Fatal(err)
+	}
+	select {
+	case env := <-got:
+		if env == nil || env.Type != task.TypeVMProvision {
+			t.Fatalf("poll on A got %+v", env)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("replica A's poll was not woken by replica B's task")
+	}
+}

@@ -231,9 +231,10 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 
 // Listen holds one connection LISTENing on channel and calls fn for each notification until
 // ctx ends; it reconnects after connection loss.
-func (s *Store) Listen(ctx context.Context, channel string, fn func(payload string), onErr func(error)) {
+// onReady (may be nil) runs each time the LISTEN is in place.
+func (s *Store) Listen(ctx context.Context, channel string, fn func(payload string), onErr func(error), onReady func()) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, fn)
+		err := s.listenOnce(ctx, channel, fn, onReady)
 		if ctx.Err() != nil {
 			return
 		}
@@ -248,7 +249,7 @@ func (s *Store) Listen(ctx context.Context, channel string, fn func(payload stri
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string)) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string), onReady func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -256,6 +257,9 @@ func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string))
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return err
+	}
+	if onReady != nil {
+		onReady()
 	}
 	defer func() {
 		// Leave the pooled connection clean.
