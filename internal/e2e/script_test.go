@@ -81,6 +81,7 @@ func TestScripts(t *testing.T) {
 			"jsonfield": jsonField,
 			"waitalloc": waitAlloc,
 			"waitnode":  waitNode,
+			"waitspool": waitSpool,
 		},
 		RequireExplicitExec: true,
 	})
@@ -213,4 +214,28 @@ func waitNode(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(100 * time.Millisecond) // heartbeat poll; the deadline bounds it
 	}
 	ts.Fatalf("node %s never reported a heartbeat", args[0])
+}
+
+// waitSpool waits until a spool directory holds a result. Usage: waitspool DIR [timeout]
+func waitSpool(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 {
+		ts.Fatalf("usage: waitspool DIR [timeout]")
+	}
+	timeout := 30 * time.Second
+	if len(args) == 2 {
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		timeout = d
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		entries, _ := os.ReadDir(ts.MkAbs(args[0]))
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".json") {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // directory poll, bounded by the deadline
+	}
+	ts.Fatalf("no spooled result in %s after %s", args[0], timeout)
 }
