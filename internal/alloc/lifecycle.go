@@ -49,7 +49,18 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if err != nil {
 		return apiv1.Allocation{}, err
 	}
-	return s.present(actor, rec), nil
+	out := s.present(actor, rec)
+	tasks, err := s.st.ListTasks(ctx, store.TaskFilter{AllocationID: rec.ID})
+	if err != nil {
+		return apiv1.Allocation{}, err
+	}
+	for i := len(tasks) - 1; i >= 0; i-- { // oldest first
+		tr := tasks[i]
+		at := apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt, Error: tr.Error, CreatedAt: tr.CreatedAt}
+		_ = json.Unmarshal(tr.Phases, &at.Phases)
+		out.Tasks = append(out.Tasks, at)
+	}
+	return out, nil
 }
 
 // List returns the actor's allocations (all for admins).

@@ -340,12 +340,14 @@ type Allocation struct {
 	Price           Price           `json:"price"`
 	Cost            Cost            `json:"cost"`
 	Claims          []Claim         `json:"claims,omitempty"`
-	SSHPublicKeys   []string        `json:"ssh_public_keys,omitempty"`
-	FailureReason   string          `json:"failure_reason,omitempty"`
-	CreatedAt       time.Time       `json:"created_at"`
-	ActiveAt        *time.Time      `json:"active_at,omitempty"`
-	ReleasingAt     *time.Time      `json:"releasing_at,omitempty"`
-	ReleasedAt      *time.Time      `json:"released_at,omitempty"`
+	// Tasks are the host tasks run for this allocation, with their phase timings (show only).
+	Tasks         []AllocationTask `json:"tasks,omitempty"`
+	SSHPublicKeys []string         `json:"ssh_public_keys,omitempty"`
+	FailureReason string           `json:"failure_reason,omitempty"`
+	CreatedAt     time.Time        `json:"created_at"`
+	ActiveAt      *time.Time       `json:"active_at,omitempty"`
+	ReleasingAt   *time.Time       `json:"releasing_at,omitempty"`
+	ReleasedAt    *time.Time       `json:"released_at,omitempty"`
 }
 
 // PlacementRequest is the body of POST /placement/explain (a dry run that reserves nothing).
@@ -501,4 +503,15 @@ type Task struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
 	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
+}
+
+// AllocationTask is a host task of an allocation as its tenant sees it.
+type AllocationTask struct {
+	ID        string      `json:"id"`
+	Type      string      `json:"type"`
+	Status    string      `json:"status"`
+	Attempt   int         `json:"attempt"`
+	Phases    []TaskPhase `json:"phases"`
+	Error     string      `json:"error,omitempty"`
+	CreatedAt time.Time   `json:"created_at"`
 }

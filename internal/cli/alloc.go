@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,7 +17,7 @@ import (
 // NewCmdAlloc is `gpuaasctl alloc`.
 func NewCmdAlloc(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "alloc", Short: "Create, inspect and release allocations", Aliases: []string{"allocations"}}
-	cmd.AddCommand(NewCmdAllocCreate(f, nil), NewCmdAllocList(f), NewCmdAllocShow(f), NewCmdAllocRelease(f), NewCmdAllocExplain(f))
+	cmd.AddCommand(NewCmdAllocCreate(f, nil), NewCmdAllocList(f), NewCmdAllocShow(f), NewCmdAllocRelease(f), NewCmdAllocExplain(f), NewCmdAllocWait(f))
 	return cmd
 }
 
@@ -31,6 +32,8 @@ type AllocCreateOptions struct {
 	SSHKeyFiles    []string
 	TenantID       string
 	IdempotencyKey string
+	Wait           bool
+	Timeout        time.Duration
 }
 
 // NewCmdAllocCreate is `gpuaasctl alloc create`.
@@ -59,6 +62,8 @@ func NewCmdAllocCreate(f *Factory, runF func(*AllocCreateOptions) error) *cobra.
 	fl.StringArrayVar(&o.SSHKeyFiles, "ssh-key", nil, "OpenSSH public key file (repeatable)")
 	fl.StringVar(&o.TenantID, "tenant", "", "tenant id (admins creating on a tenant's behalf)")
 	fl.StringVar(&o.IdempotencyKey, "idempotency-key", "", "retry-safe key (default: random per invocation)")
+	fl.BoolVar(&o.Wait, "wait", false, "wait until active, showing the host's phases as they complete")
+	fl.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
 	return cmd
 }
 
@@ -92,6 +97,11 @@ func allocCreate(o *AllocCreateOptions) error {
 	a, _, err := c.CreateAllocation(ctxb(), req, key)
 	if err != nil {
 		return err
+	}
+	if o.Wait {
+		if a, err = waitAlloc(o.F, a.ID, "active", o.Timeout); err != nil {
+			return err
+		}
 	}
 	return printAllocs(o.F, cfg.Output, a, []apiv1.Allocation{*a})
 }
@@ -181,6 +191,18 @@ func allocDetail(t *tabwriter.Writer, a *apiv1.Allocation) {
 	if a.ReleasedAt != nil {
 		row(t, "Released:", a.ReleasedAt.Format("2006-01-02 15:04:05 MST"))
 	}
+	for _, tk := range a.Tasks {
+		row(t, "")
+		row(t, fmt.Sprintf("Task %s (%s, attempt %d): %s", tk.ID[:8], tk.Type, tk.Attempt, tk.Status))
+		var ms int64
+		for _, p := range tk.Phases {
+			ms += p.DurationMS
+			row(t, "", p.Name, p.Status, (time.Duration(p.DurationMS) * time.Millisecond).String(), dash(p.Error))
+		}
+		if len(tk.Phases) > 0 {
+			row(t, "", "total", "", (time.Duration(ms) * time.Millisecond).String())
+		}
+	}
 	if len(a.Claims) > 0 {
 		row(t, "")
 		row(t, "CLAIM", "KIND", "STATUS", "SLOT", "NUMA", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP")
@@ -192,7 +214,9 @@ func allocDetail(t *tabwriter.Writer, a *apiv1.Allocation) {
 
 // NewCmdAllocRelease is `gpuaasctl alloc release ID`.
 func NewCmdAllocRelease(f *Factory) *cobra.Command {
-	return &cobra.Command{
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
 		Use:   "release ID",
 		Short: "Release an allocation",
 		Args:  cobra.ExactArgs(1),
@@ -205,8 +229,86 @@ func NewCmdAllocRelease(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if wait {
+				if a, err = waitAlloc(f, a.ID, "released", timeout); err != nil {
+					return err
+				}
+			}
 			return printAllocs(f, cfg.Output, a, []apiv1.Allocation{*a})
 		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until released (VM torn down, disks wiped), showing phases")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
+	return cmd
+}
+
+// NewCmdAllocWait is `gpuaasctl alloc wait ID --for active|released`.
+func NewCmdAllocWait(f *Factory) *cobra.Command {
+	var target string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait ID --for active|released",
+		Short: "Wait for an allocation to reach a state, showing the host's phases as they complete",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if target != "active" && target != "released" {
+				return &FlagError{Err: fmt.Errorf("--for must be active or released")}
+			}
+			cfg, err := f.Config()
+			if err != nil {
+				return err
+			}
+			a, err := waitAlloc(f, args[0], target, timeout)
+			if err != nil {
+				return err
+			}
+			return printAllocs(f, cfg.Output, a, []apiv1.Allocation{*a})
+		},
+	}
+	cmd.Flags().StringVar(&target, "for", "active", "state to wait for: active or released")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "give up after this long")
+	return cmd
+}
+
+// waitAlloc polls the allocation until it reaches target, printing each host phase once as
+// it completes (a plain line per phase, to stderr so -o json stays clean). A failed
+// allocation is an error carrying its reason.
+func waitAlloc(f *Factory, id, target string, timeout time.Duration) (*apiv1.Allocation, error) {
+	c, err := f.Client()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	seen := map[string]bool{}
+	for {
+		a, err := c.GetAllocation(ctxb(), id)
+		if err != nil {
+			return nil, err
+		}
+		for _, tk := range a.Tasks {
+			for _, p := range tk.Phases {
+				key := fmt.Sprintf("%s/%d/%s", tk.ID, tk.Attempt, p.Name)
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				line := fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status,
+					(time.Duration(p.DurationMS) * time.Millisecond).String())
+				if p.Error != "" {
+					line += "  " + p.Error
+				}
+				fmt.Fprintln(f.IO.ErrOut, line)
+			}
+		}
+		switch {
+		case a.Status == target:
+			return a, nil
+		case a.Status == "failed" && target != "failed":
+			return a, fmt.Errorf("allocation %s failed: %s", id, a.FailureReason)
+		case time.Since(start) > timeout:
+			return a, fmt.Errorf("allocation %s is still %s after %s", id, a.Status, timeout)
+		}
+		time.Sleep(500 * time.Millisecond) // status poll interval
 	}
 }
 

@@ -232,7 +232,7 @@ func run() error {
 	}
 
 	d.say("Create a 2-GPU slice allocation")
-	out, err = d.ctl("alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "-o", "json")
+	out, err = d.ctl("alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--wait", "-o", "json")
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func run() error {
 	}
 
 	d.say("Release the allocation: slice.vm_release tears down and returns wipe proofs")
-	if _, err := d.ctl("alloc", "release", a.ID); err != nil {
+	if _, err := d.ctl("alloc", "release", a.ID, "--wait"); err != nil {
 		return err
 	}
 	if err := waitFor(120*time.Second, func() (bool, error) {
