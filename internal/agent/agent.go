@@ -421,8 +421,10 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 }
 
 func (a *Agent) sendHeartbeat(ctx context.Context) {
+	facts, _ := json.Marshal(a.facts())
 	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
-		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease)}}
+		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease)}, Facts: facts,
+		FirmwareProfile: a.firmwareEvidence()}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, data, err := a.do(hctx, "POST", "/api/v1/agent/heartbeat", hb)

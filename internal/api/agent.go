@@ -253,7 +253,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) 
 		if err != nil {
 			return err
 		}
-		if err := s.store.RecordHeartbeat(r.Context(), p.NodeID, now, facts); err != nil {
+		if err := s.store.RecordHeartbeat(r.Context(), p.NodeID, now, facts, hb.FirmwareProfile); err != nil {
 			return err
 		}
 	}

@@ -189,7 +189,22 @@ func run() error {
 		return err
 	}
 	defer hlog.Close()
-	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), "run", "--config", hostdCfg, "--heartbeat", "2s")
+	// A fixture host root: the seam hostd reads host facts and firmware evidence through.
+	for path, content := range map[string]string{
+		"proc/sys/kernel/hostname":                      "h200-demo-01\n",
+		"proc/sys/kernel/osrelease":                     "6.8.0-gpuaas-fixture\n",
+		"proc/meminfo":                                  "MemTotal:       2113878016 kB\n",
+		"var/lib/gpuaas/firmware-profile/evidence.json": `{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`,
+	} {
+		p := filepath.Join(hostRoot, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), "run", "--config", hostdCfg, "--heartbeat", "2s", "--sim-phase-delay", "100ms")
 	hostd.Stdout, hostd.Stderr = hlog, hlog
 	fmt.Printf("$ gpuaas-hostd run --config %s &\n", hostdCfg)
 	if err := hostd.Start(); err != nil {

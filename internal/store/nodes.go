@@ -165,11 +165,17 @@ func (t *Tx) SetDraining(ctx context.Context, idOrName string, draining bool) (a
 }
 
 // RecordHeartbeat stores an agent heartbeat and its facts.
-func (s *Store) RecordHeartbeat(ctx context.Context, nodeID string, at time.Time, facts json.RawMessage) error {
+// A non-empty firmware document replaces the node's firmware-profile evidence.
+func (s *Store) RecordHeartbeat(ctx context.Context, nodeID string, at time.Time, facts, firmware json.RawMessage) error {
 	if facts == nil {
 		facts = json.RawMessage(`{}`)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = $2, agent_facts = $3 WHERE id = $1`, nodeID, at, facts)
+	var fw any
+	if len(firmware) > 0 && string(firmware) != "null" {
+		fw = []byte(firmware)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = $2, agent_facts = $3,
+			firmware_profile = coalesce($4::jsonb, firmware_profile) WHERE id = $1`, nodeID, at, facts, fw)
 	if err != nil {
 		return translate(err)
 	}

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// hostPath maps an absolute host path into the host seam rooted at --host-root.
+func (a *Agent) hostPath(p string) string { return filepath.Join(a.cfg.HostRoot, p) }
+
+// Facts is the host summary sent with heartbeats.
+type Facts struct {
+	Hostname      string `json:"hostname"`
+	Kernel        string `json:"kernel"`
+	CPUs          int    `json:"cpus"`
+	MemoryMiB     int64  `json:"memory_mib"`
+	KVM           bool   `json:"kvm"`
+	VFIO          bool   `json:"vfio"`
+	IOMMUGroups   int    `json:"iommu_groups"`
+	HostRoot      string `json:"host_root"`
+	SpooledResult int    `json:"spooled_results"`
+}
+
+func (a *Agent) facts() Facts {
+	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot}
+	if b, err := os.ReadFile(a.hostPath("/proc/sys/kernel/hostname")); err == nil {
+		f.Hostname = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile(a.hostPath("/proc/sys/kernel/osrelease")); err == nil {
+		f.Kernel = strings.TrimSpace(string(b))
+	}
+	if fh, err := os.Open(a.hostPath("/proc/meminfo")); err == nil {
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(fields[1], 10, 64)
+				f.MemoryMiB = kb / 1024
+			}
+		}
+		fh.Close()
+	}
+	_, err := os.Stat(a.hostPath("/dev/kvm"))
+	f.KVM = err == nil
+	_, err = os.Stat(a.hostPath("/dev/vfio"))
+	f.VFIO = err == nil
+	if groups, err := os.ReadDir(a.hostPath("/sys/kernel/iommu_groups")); err == nil {
+		f.IOMMUGroups = len(groups)
+	}
+	if p, err := a.spool.Pending(); err == nil {
+		f.SpooledResult = len(p)
+	}
+	return f
+}
+
+// firmwareEvidence collects the firmware-profile helper's evidence files
+// (/var/lib/gpuaas/firmware-profile/*.json) as {file name: content}; invalid JSON is
+// reported as such rather than dropped.
+func (a *Agent) firmwareEvidence() json.RawMessage {
+	dir := a.hostPath("/var/lib/gpuaas/firmware-profile")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[string]any{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || len(b) > 64<<10 {
+			continue
+		}
+		var v any
+		if json.Unmarshal(b, &v) != nil {
+			out[e.Name()] = map[string]string{"error": "not valid JSON"}
+			continue
+		}
+		out[e.Name()] = v
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
