@@ -284,7 +284,10 @@ func (s *Service) MarkFailed(ctx context.Context, id, reason string) error {
 		if err := tx.SetClaimsStatus(ctx, id, "failed", now); err != nil {
 			return err
 		}
-		return tx.QueueOutbox(ctx, "allocation.failed", id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason})
+		// touched: the host may have written the disks; the dispatcher starts a cleanup
+		// (release with wipe) so the slots can return once proven clean.
+		return tx.QueueOutbox(ctx, "allocation.failed", id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason,
+			"touched": rec.Status != AllocRequested})
 	})
 }
 
@@ -362,4 +365,47 @@ func isUUID(s string) bool {
 		}
 	}
 	return true
+}
+
+// CleanupFailed applies a cleanup's wipe proofs to a failed allocation's slots: a slot in
+// failed (or cleanup_blocked) state with verified proof returns to available through
+// cleanup; without proof it stays cleanup_blocked. The allocation stays failed.
+func (s *Service) CleanupFailed(ctx context.Context, id string, proofs map[string]WipeProof) error {
+	now := s.cfg.Now()
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		rec, err := tx.GetAllocationForUpdate(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if rec.Status != AllocFailed {
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not failed", id, rec.Status)}
+		}
+		for _, c := range rec.Claims {
+			if c.SlotID == "" {
+				continue
+			}
+			status, err := tx.SlotStatus(ctx, c.SlotID)
+			if err != nil {
+				return err
+			}
+			if status != SlotFailed && status != SlotCleanupBlocked {
+				continue // already cleaned, or never touched
+			}
+			p, ok := proofs[c.SlotID]
+			wipe := map[string]any{"last_wipe": map[string]any{"verified": ok && p.Verified, "method": p.Method,
+				"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": id}}
+			if err := tx.SetSlotStatus(ctx, c.SlotID, SlotCleanup, "", wipe); err != nil {
+				return err
+			}
+			if ok && p.Verified {
+				err = tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil)
+			} else {
+				err = tx.SetSlotStatus(ctx, c.SlotID, SlotCleanupBlocked, "cleanup after failure: wipe not verified", nil)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -36,7 +36,9 @@ func DeriveMode(n apiv1.Node, heartbeatMaxAge time.Duration, now time.Time) (str
 		reasons = append(reasons, "draining: no new placements; live allocations continue")
 		sched.Baremetal, sched.Slice = false, false
 	}
+	unreachable := false
 	if heartbeatMaxAge > 0 {
+		unreachable = n.LastHeartbeatAt == nil || now.Sub(*n.LastHeartbeatAt) > heartbeatMaxAge
 		if n.LastHeartbeatAt == nil {
 			reasons = append(reasons, "no agent heartbeat yet")
 			sched.Baremetal, sched.Slice = false, false
@@ -64,6 +66,8 @@ func DeriveMode(n apiv1.Node, heartbeatMaxAge time.Duration, now time.Time) (str
 		mode = apiv1.ModeUnavailable
 	case n.Draining:
 		mode = apiv1.ModeDraining
+	case unreachable:
+		mode = apiv1.ModeUnreachable // running allocations are untouched
 	case sum.LiveExclusiveClaims > 0:
 		mode = apiv1.ModeBaremetalActive
 	case sum.LiveSlotClaims > 0:

@@ -80,6 +80,7 @@ const (
 	ModeDraining        = "draining"
 	ModeCleanupBlocked  = "cleanup_blocked"
 	ModeUnavailable     = "unavailable"
+	ModeUnreachable     = "unreachable" // agent heartbeat missing or stale: no new placements
 )
 
 // Node is a physical GPU server.

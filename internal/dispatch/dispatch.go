@@ -170,6 +170,13 @@ func (d *Dispatcher) ProcessOutbox(ctx context.Context, limit int) (int, error) 
 func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxEvent) (*store.NewTask, error) {
 	switch ev.Topic {
 	case "allocation.requested", "allocation.release_requested":
+	case "allocation.failed":
+		var p struct {
+			Touched bool `json:"touched"`
+		}
+		if json.Unmarshal(ev.Payload, &p) != nil || !p.Touched {
+			return nil, nil // never reached a host: nothing to clean
+		}
 	default:
 		return nil, nil
 	}
@@ -216,7 +223,7 @@ func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxE
 		}
 		bundles = append(bundles, b)
 	}
-	if ev.Topic == "allocation.release_requested" {
+	if ev.Topic == "allocation.release_requested" || ev.Topic == "allocation.failed" {
 		return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMRelease), OutboxID: ev.ID, TTL: d.cfg.ReleaseTTL,
 			Payload: task.VMRelease{AllocationID: rec.ID, Bundles: bundles, Wipe: true, GracefulTimeoutS: 120}}, nil
 	}
@@ -335,6 +342,11 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 			proofs[slot] = alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}
 		}
 		err = d.alloc.CompleteRelease(ctx, tr.AllocationID, proofs)
+		if isConflict(err) {
+			// A cleanup after a failed provision: the allocation stays failed, its slots
+			// return only with proof.
+			err = d.alloc.CleanupFailed(ctx, tr.AllocationID, proofs)
+		}
 	}
 	if isConflict(err) {
 		d.log.Warn("task result does not match allocation state", "task", tr.ID, "allocation", tr.AllocationID, "err", err)

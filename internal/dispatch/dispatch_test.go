@@ -229,6 +229,28 @@ func TestFailedProvisionFailsTheAllocation(t *testing.T) {
 	if got.Status != "failed" || !strings.Contains(got.FailureReason, "sha256 mismatch") {
 		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
 	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "failed" {
+		t.Fatalf("touched slot = %s, want failed until cleaned", slots[0].Status)
+	}
+	// The failure starts a cleanup: a release-with-wipe task for the touched slot.
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	cl := w.poll(time.Second)
+	if cl == nil || cl.Type != task.TypeVMRelease {
+		t.Fatalf("cleanup task = %+v", cl)
+	}
+	p, _ := (&task.Verifier{Key: w.pub, NodeID: w.node.ID}).Verify(cl)
+	slot := p.(*task.VMRelease).Bundles[0].SlotID
+	out, _ := json.Marshal(task.ReleaseOutput{Wiped: map[string]task.WipeProof{slot: {Verified: true, Method: "blkdiscard_zero_verify"}}})
+	if _, err := w.d.Result(w.ctx, w.node.ID, cl.TaskID, task.Result{Status: "succeeded", Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	slots, _ = w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "available" || w.status(a.ID) != "failed" {
+		t.Fatalf("after cleanup: slot %s, allocation %s", slots[0].Status, w.status(a.ID))
+	}
 }
 
 func TestExpiredTaskFailsTheAllocation(t *testing.T) {

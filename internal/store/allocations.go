@@ -164,3 +164,10 @@ func (t *Tx) QueueOutbox(ctx context.Context, topic, aggregateID, nodeID string,
 		topic, aggregateID, nullIfEmpty(nodeID), b)
 	return translate(err)
 }
+
+// SlotStatus reads one slot's status (locking it for the transaction).
+func (t *Tx) SlotStatus(ctx context.Context, slotID string) (string, error) {
+	var st string
+	err := t.tx.QueryRow(ctx, `SELECT status FROM node_resource_slots WHERE id = $1 FOR UPDATE`, slotID).Scan(&st)
+	return st, translate(err)
+}
