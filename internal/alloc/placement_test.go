@@ -314,10 +314,8 @@ func TestStaleHeartbeatExcluded(t *testing.T) {
 	b := setupWith(t, alloc.Config{HeartbeatMaxAge: time.Minute})
 	fresh := b.addNode("b-fresh", 1, withSlots(0))
 	stale := b.addNode("a-stale", 2)
-	if err := b.st.RecordHeartbeat(b.ctx, fresh.ID, time.Now(), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.st.RecordHeartbeat(b.ctx, stale.ID, time.Now().Add(-10*time.Minute), nil, nil); err != nil {
+	if err := b.st.RecordHeartbeats(b.ctx, []store.HeartbeatRecord{{NodeID: fresh.ID, At: time.Now()},
+		{NodeID: stale.ID, At: time.Now().Add(-10 * time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
 	if node, _ := b.placed(b.mustCreate(1)); node != "b-fresh" {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -23,7 +24,7 @@ const (
 	nodeCertTTL       = 30 * 24 * time.Hour
 	bootstrapTokenTTL = 24 * time.Hour
 	maxPollWait       = 60 * time.Second
-	heartbeatCoalesce = 10 * time.Second
+	heartbeatCoalesce = 5 * time.Second
 )
 
 // authenticateNode accepts only a verified client certificate issued by our CA to a node
@@ -230,10 +231,12 @@ func (s *Server) taskProgress(w http.ResponseWriter, r *http.Request, p Principa
 	return nil
 }
 
-// heartbeats coalesces writes: at most one database write per node per heartbeatCoalesce.
+// heartbeats buffers the latest heartbeat per node; a flusher writes them all in one
+// statement, so 10,000 hosts cost one UPDATE per flush interval rather than one each.
 type heartbeats struct {
-	mu   sync.Mutex
-	last map[string]time.Time
+	mu      sync.Mutex
+	pending map[string]store.HeartbeatRecord
+	wake    chan struct{}
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -241,24 +244,52 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p Principal) 
 	if err := decode(w, r, &hb); err != nil {
 		return err
 	}
-	now := time.Now()
-	s.hb.mu.Lock()
-	due := now.Sub(s.hb.last[p.NodeID]) >= heartbeatCoalesce
-	if due {
-		s.hb.last[p.NodeID] = now
+	facts, err := json.Marshal(hb)
+	if err != nil {
+		return err
 	}
+	s.hb.mu.Lock()
+	_, seen := s.hb.pending[p.NodeID]
+	s.hb.pending[p.NodeID] = store.HeartbeatRecord{NodeID: p.NodeID, At: time.Now(), Facts: facts, Firmware: hb.FirmwareProfile}
 	s.hb.mu.Unlock()
-	if due {
-		facts, err := json.Marshal(hb)
-		if err != nil {
-			return err
-		}
-		if err := s.store.RecordHeartbeat(r.Context(), p.NodeID, now, facts, hb.FirmwareProfile); err != nil {
-			return err
+	if !seen {
+		select { // the first heartbeat in a window flushes soon: a new host shows up fast
+		case s.hb.wake <- struct{}{}:
+		default:
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// FlushHeartbeats writes buffered heartbeats now.
+func (s *Server) FlushHeartbeats(ctx context.Context) error {
+	s.hb.mu.Lock()
+	batch := make([]store.HeartbeatRecord, 0, len(s.hb.pending))
+	for _, h := range s.hb.pending {
+		batch = append(batch, h)
+	}
+	s.hb.pending = map[string]store.HeartbeatRecord{}
+	s.hb.mu.Unlock()
+	return s.store.RecordHeartbeats(ctx, batch)
+}
+
+// RunBackground runs the API's background work (the heartbeat flusher) until ctx ends.
+func (s *Server) RunBackground(ctx context.Context) {
+	t := time.NewTicker(heartbeatCoalesce)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = s.FlushHeartbeats(context.Background())
+			return
+		case <-t.C:
+		case <-s.hb.wake:
+		}
+		if err := s.FlushHeartbeats(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("heartbeat flush", "err", err)
+		}
+	}
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, _ Principal) error {

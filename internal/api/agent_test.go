@@ -26,7 +26,7 @@ import (
 )
 
 // agentSetup runs the API with the real controller PKI (mTLS) and dispatcher.
-func agentSetup(t *testing.T) (srv *httptest.Server, dir, admin string) {
+func agentSetup(t *testing.T) (srv *httptest.Server, apiSrv *api.Server, dir, admin string) {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
@@ -49,13 +49,14 @@ func agentSetup(t *testing.T) (srv *httptest.Server, dir, admin string) {
 	})
 	svc := alloc.New(st, alloc.Config{})
 	d := dispatch.New(st, svc, key, nil, dispatch.Config{})
-	srv = httptest.NewUnstartedServer(api.New(api.Options{Store: st, Alloc: svc, Dispatch: d, CA: ca, SigningPub: pub}).Handler())
+	apiSrv = api.New(api.Options{Store: st, Alloc: svc, Dispatch: d, CA: ca, SigningPub: pub})
+	srv = httptest.NewUnstartedServer(apiSrv.Handler())
 	if srv.TLS, err = pki.ServerTLSConfig(dir); err != nil {
 		t.Fatal(err)
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv, dir, admin
+	return srv, apiSrv, dir, admin
 }
 
 func httpClient(t *testing.T, caFile string, cert *tls.Certificate) *http.Client {
@@ -97,7 +98,7 @@ func enrollKey(t *testing.T) (*ecdsa.PrivateKey, string) {
 }
 
 func TestAgentEndpointsSecurityMatrix(t *testing.T) {
-	srv, dir, admin := agentSetup(t)
+	srv, apiSrv, dir, admin := agentSetup(t)
 	caFile := pki.Paths{Dir: dir}.CACert()
 	plain := httpClient(t, caFile, nil)
 
@@ -154,7 +155,10 @@ func TestAgentEndpointsSecurityMatrix(t *testing.T) {
 	if code, _ := call(t, httpClient(t, caFile, &ocert), "GET", srv.URL+"/api/v1/agent/tasks?wait=0s", "", nil); code == 200 || code == 204 {
 		t.Fatalf("foreign-CA certificate accepted: %d", code)
 	}
-	// Heartbeat recorded on the node.
+	// Heartbeat recorded on the node (buffered, then written in one batched statement).
+	if err := apiSrv.FlushHeartbeats(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	code, body = call(t, plain, "GET", srv.URL+"/api/v1/admin/nodes/n1", admin, nil)
 	if code != 200 || !strings.Contains(string(body), `"last_heartbeat"`) {
 		t.Fatalf("node after heartbeat = %d %s", code, body)

@@ -61,7 +61,7 @@ type Server struct {
 // New builds the API handler tree.
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
-		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{last: map[string]time.Time{}}}
+		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

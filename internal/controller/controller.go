@@ -150,6 +150,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	go disp.Run(dctx)
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub})
 
+	go apiSrv.RunBackground(dctx)
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)

@@ -164,23 +164,37 @@ func (t *Tx) SetDraining(ctx context.Context, idOrName string, draining bool) (a
 	return getNode(ctx, t.tx, idOrName)
 }
 
-// RecordHeartbeat stores an agent heartbeat and its facts.
-// A non-empty firmware document replaces the node's firmware-profile evidence.
-func (s *Store) RecordHeartbeat(ctx context.Context, nodeID string, at time.Time, facts, firmware json.RawMessage) error {
-	if facts == nil {
-		facts = json.RawMessage(`{}`)
+// HeartbeatRecord is one node's latest heartbeat, buffered for a batched write.
+type HeartbeatRecord struct {
+	NodeID   string
+	At       time.Time
+	Facts    json.RawMessage
+	Firmware json.RawMessage // empty: keep the stored evidence
+}
+
+// RecordHeartbeats writes many heartbeats in one statement (coalesced by the caller).
+func (s *Store) RecordHeartbeats(ctx context.Context, hbs []HeartbeatRecord) error {
+	if len(hbs) == 0 {
+		return nil
 	}
-	var fw any
-	if len(firmware) > 0 && string(firmware) != "null" {
-		fw = []byte(firmware)
+	ids := make([]string, len(hbs))
+	ats := make([]time.Time, len(hbs))
+	facts := make([]string, len(hbs))
+	fws := make([]*string, len(hbs))
+	for i, h := range hbs {
+		ids[i], ats[i] = h.NodeID, h.At
+		facts[i] = "{}"
+		if len(h.Facts) > 0 {
+			facts[i] = string(h.Facts)
+		}
+		if len(h.Firmware) > 0 && string(h.Firmware) != "null" {
+			fw := string(h.Firmware)
+			fws[i] = &fw
+		}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = $2, agent_facts = $3,
-			firmware_profile = coalesce($4::jsonb, firmware_profile) WHERE id = $1`, nodeID, at, facts, fw)
-	if err != nil {
-		return translate(err)
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return nil
+	_, err := s.pool.Exec(ctx, `UPDATE nodes n SET last_heartbeat_at = h.at, agent_facts = h.facts::jsonb,
+			firmware_profile = coalesce(h.fw::jsonb, n.firmware_profile)
+		FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS h(id, at, facts, fw)
+		WHERE n.id = h.id AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < h.at)`, ids, ats, facts, fws)
+	return translate(err)
 }
