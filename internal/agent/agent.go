@@ -25,6 +25,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -49,6 +50,7 @@ type Agent struct {
 	sendNow  chan struct{}
 	running  atomic.Int32
 	m        *metrics
+	host     hostfs.FS
 	// metricsAddr is where /metrics listens (set once serving).
 	metricsAddr atomic.Value
 }
@@ -59,7 +61,8 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 		log = slog.Default()
 	}
 	a := &Agent{cfg: cfg, log: log, version: version, base: strings.TrimRight(cfg.Server, "/"),
-		sem: make(chan struct{}, cfg.MaxConcurrent), inflight: map[string]bool{}, sendNow: make(chan struct{}, 1)}
+		sem: make(chan struct{}, cfg.MaxConcurrent), inflight: map[string]bool{}, sendNow: make(chan struct{}, 1),
+		host: hostfs.New(cfg.HostRoot)}
 	if err := a.loadCert(); err != nil {
 		return nil, err
 	}

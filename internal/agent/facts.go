@@ -2,16 +2,12 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 )
-
-// hostPath maps an absolute host path into the host seam rooted at --host-root.
-func (a *Agent) hostPath(p string) string { return filepath.Join(a.cfg.HostRoot, p) }
 
 // Facts is the host summary sent with heartbeats.
 type Facts struct {
@@ -28,27 +24,24 @@ type Facts struct {
 
 func (a *Agent) facts() Facts {
 	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot}
-	if b, err := os.ReadFile(a.hostPath("/proc/sys/kernel/hostname")); err == nil {
+	if b, err := a.host.ReadFile("/proc/sys/kernel/hostname"); err == nil {
 		f.Hostname = strings.TrimSpace(string(b))
 	}
-	if b, err := os.ReadFile(a.hostPath("/proc/sys/kernel/osrelease")); err == nil {
+	if b, err := a.host.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		f.Kernel = strings.TrimSpace(string(b))
 	}
-	if fh, err := os.Open(a.hostPath("/proc/meminfo")); err == nil {
-		sc := bufio.NewScanner(fh)
+	if b, err := a.host.ReadFile("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
 			if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "MemTotal:" {
 				kb, _ := strconv.ParseInt(fields[1], 10, 64)
 				f.MemoryMiB = kb / 1024
 			}
 		}
-		fh.Close()
 	}
-	_, err := os.Stat(a.hostPath("/dev/kvm"))
-	f.KVM = err == nil
-	_, err = os.Stat(a.hostPath("/dev/vfio"))
-	f.VFIO = err == nil
-	if groups, err := os.ReadDir(a.hostPath("/sys/kernel/iommu_groups")); err == nil {
+	f.KVM = a.host.Exists("/dev/kvm")
+	f.VFIO = a.host.Exists("/dev/vfio")
+	if groups, err := a.host.ReadDir("/sys/kernel/iommu_groups"); err == nil {
 		f.IOMMUGroups = len(groups)
 	}
 	if p, err := a.spool.Pending(); err == nil {
@@ -61,8 +54,8 @@ func (a *Agent) facts() Facts {
 // (/var/lib/gpuaas/firmware-profile/*.json) as {file name: content}; invalid JSON is
 // reported as such rather than dropped.
 func (a *Agent) firmwareEvidence() json.RawMessage {
-	dir := a.hostPath("/var/lib/gpuaas/firmware-profile")
-	entries, err := os.ReadDir(dir)
+	const dir = "/var/lib/gpuaas/firmware-profile"
+	entries, err := a.host.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
@@ -71,7 +64,7 @@ func (a *Agent) firmwareEvidence() json.RawMessage {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		b, err := a.host.ReadFile(dir + "/" + e.Name())
 		if err != nil || len(b) > 64<<10 {
 			continue
 		}
