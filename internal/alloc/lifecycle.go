@@ -319,22 +319,7 @@ func (s *Service) CompleteRelease(ctx context.Context, id string, proofs map[str
 			if c.SlotID == "" {
 				continue
 			}
-			p, ok := proofs[c.SlotID]
-			wipe := map[string]any{"last_wipe": map[string]any{"verified": ok && p.Verified, "method": p.Method,
-				"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": id}}
-			if err := tx.SetSlotStatus(ctx, c.SlotID, SlotCleanup, "", wipe); err != nil {
-				return err
-			}
-			if ok && p.Verified {
-				err = tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil)
-			} else {
-				reason := "wipe not verified"
-				if p.Error != "" {
-					reason += ": " + p.Error
-				}
-				err = tx.SetSlotStatus(ctx, c.SlotID, SlotCleanupBlocked, reason, nil)
-			}
-			if err != nil {
+			if err := applyWipeProof(ctx, tx, c.SlotID, id, proofs, now, "wipe not verified"); err != nil {
 				return err
 			}
 		}
@@ -391,21 +376,29 @@ func (s *Service) CleanupFailed(ctx context.Context, id string, proofs map[strin
 			if status != SlotFailed && status != SlotCleanupBlocked {
 				continue // already cleaned, or never touched
 			}
-			p, ok := proofs[c.SlotID]
-			wipe := map[string]any{"last_wipe": map[string]any{"verified": ok && p.Verified, "method": p.Method,
-				"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": id}}
-			if err := tx.SetSlotStatus(ctx, c.SlotID, SlotCleanup, "", wipe); err != nil {
-				return err
-			}
-			if ok && p.Verified {
-				err = tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil)
-			} else {
-				err = tx.SetSlotStatus(ctx, c.SlotID, SlotCleanupBlocked, "cleanup after failure: wipe not verified", nil)
-			}
-			if err != nil {
+			if err := applyWipeProof(ctx, tx, c.SlotID, id, proofs, now, "cleanup after failure: wipe not verified"); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// applyWipeProof moves a slot through cleanup: to available with verified proof (recorded in
+// health_metadata.last_wipe, which the database demands), else to cleanup_blocked alone.
+func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, proofs map[string]WipeProof, now time.Time, blocked string) error {
+	p, ok := proofs[slotID]
+	verified := ok && p.Verified
+	wipe := map[string]any{"last_wipe": map[string]any{"verified": verified, "method": p.Method,
+		"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": allocID}}
+	if err := tx.SetSlotStatus(ctx, slotID, SlotCleanup, "", wipe); err != nil {
+		return err
+	}
+	if verified {
+		return tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil)
+	}
+	if p.Error != "" {
+		blocked += ": " + p.Error
+	}
+	return tx.SetSlotStatus(ctx, slotID, SlotCleanupBlocked, blocked, nil)
 }
