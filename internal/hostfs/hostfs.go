@@ -6,6 +6,7 @@ package hostfs
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -62,4 +63,63 @@ func (f FS) ReadDir(p string) ([]fs.DirEntry, error) {
 		return nil, err
 	}
 	return os.ReadDir(full)
+}
+
+// Readlink returns a host symlink's target as stored.
+func (f FS) Readlink(p string) (string, error) {
+	full, err := f.Path(p)
+	if err != nil {
+		return "", err
+	}
+	return os.Readlink(full)
+}
+
+// LinkBase returns the last element of a symlink's target (sysfs links name devices, drivers
+// and groups by their last element); "" when p is not a symlink.
+func (f FS) LinkBase(p string) string {
+	t, err := f.Readlink(p)
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(t)
+}
+
+// ReadHead reads up to n bytes from the start of a host file or block device.
+func (f FS) ReadHead(p string, n int) ([]byte, error) {
+	full, err := f.Path(p)
+	if err != nil {
+		return nil, err
+	}
+	fh, err := os.Open(full)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	buf := make([]byte, n)
+	m, err := io.ReadFull(fh, buf)
+	if err != nil && m == 0 {
+		return nil, err
+	}
+	return buf[:m], nil
+}
+
+// Glob matches a host path pattern and returns host paths (without the root).
+func (f FS) Glob(pattern string) ([]string, error) {
+	full, err := f.Path(pattern)
+	if err != nil {
+		return nil, err
+	}
+	matches, err := filepath.Glob(full)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(matches))
+	for _, m := range matches {
+		rel, err := filepath.Rel(f.Root, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, "/"+rel)
+	}
+	return out, nil
 }

@@ -1,0 +1,324 @@
+package topology
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/hostfs"
+)
+
+const pciDevs = "/sys/bus/pci/devices"
+
+// Vendor ids.
+const (
+	vendorNVIDIA   = "0x10de"
+	vendorAMD      = "0x1002"
+	vendorMellanox = "0x15b3"
+)
+
+type scanner struct {
+	fs   hostfs.FS
+	ids  map[string]string // "10de:2335" -> model
+	warn []string
+}
+
+func (s *scanner) read(p string) string {
+	b, err := s.fs.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (s *scanner) readInt(p string) (int, bool) {
+	v, err := strconv.Atoi(s.read(p))
+	return v, err == nil
+}
+
+// numa reads a device's numa_node; -1 or unreadable is unknown (nil).
+func (s *scanner) numa(dir string) *int {
+	n, ok := s.readInt(dir + "/numa_node")
+	if !ok || n < 0 {
+		return nil
+	}
+	return &n
+}
+
+func (s *scanner) driver(dir string) string {
+	if d := s.fs.LinkBase(dir + "/driver"); d != "" {
+		return d
+	}
+	return "none"
+}
+
+// Discover reads the host through fs and builds the report with candidates.
+func Discover(fs hostfs.FS) (*Report, error) {
+	s := &scanner{fs: fs, ids: loadPCIIDs(fs)}
+	entries, err := fs.ReadDir(pciDevs)
+	if err != nil {
+		return nil, fmt.Errorf("topology: cannot read %s: %w", pciDevs, err)
+	}
+	r := &Report{GPUs: []GPU{}, NVMe: []NVMe{}, Fabric: []Fabric{}, NUMA: []NUMANode{}, Net: []NetDev{}}
+	vfOf := map[string]bool{}
+	for _, e := range entries {
+		addr := e.Name()
+		dir := pciDevs + "/" + addr
+		vendor, class := s.read(dir+"/vendor"), s.read(dir+"/class")
+		switch {
+		case (vendor == vendorNVIDIA || vendor == vendorAMD) && (strings.HasPrefix(class, "0x0300") || strings.HasPrefix(class, "0x0302")):
+			r.GPUs = append(r.GPUs, s.gpu(addr, dir, vendor))
+		case vendor == vendorMellanox && s.fs.Exists(dir+"/physfn"):
+			vfOf[addr] = true // a VF: listed under its parent
+		case vendor == vendorMellanox:
+			r.Fabric = append(r.Fabric, s.fabric(addr, dir))
+		}
+	}
+	sort.Slice(r.GPUs, func(i, j int) bool { return r.GPUs[i].PCIAddress < r.GPUs[j].PCIAddress })
+	sort.Slice(r.Fabric, func(i, j int) bool { return r.Fabric[i].PCIAddress < r.Fabric[j].PCIAddress })
+	r.NVMe = s.nvme()
+	r.NUMA = s.numaNodes()
+	r.Net = s.netdevs()
+	s.rdma(r.Fabric)
+	r.Candidates = candidates(r)
+	r.Warnings = s.warn
+	return r, nil
+}
+
+func (s *scanner) gpu(addr, dir, vendor string) GPU {
+	dev := s.read(dir + "/device")
+	g := GPU{PCIAddress: addr, VendorID: vendor, DeviceID: dev, NUMANode: s.numa(dir), LocalCPUs: s.read(dir + "/local_cpulist"),
+		Driver: s.driver(dir), Model: s.model(vendor, dev)}
+	if grp := s.fs.LinkBase(dir + "/iommu_group"); grp != "" {
+		if n, err := strconv.Atoi(grp); err == nil {
+			g.IOMMUGroup = &n
+			peers, _ := s.fs.ReadDir("/sys/kernel/iommu_groups/" + grp + "/devices")
+			for _, p := range peers {
+				if p.Name() != addr {
+					g.IOMMUPeers = append(g.IOMMUPeers, p.Name())
+				}
+			}
+			sort.Strings(g.IOMMUPeers)
+		}
+	}
+	return g
+}
+
+func (s *scanner) model(vendor, dev string) string {
+	key := strings.TrimPrefix(vendor, "0x") + ":" + strings.TrimPrefix(dev, "0x")
+	if m, ok := s.ids[key]; ok {
+		return m
+	}
+	if m, ok := knownModels[key]; ok {
+		return m
+	}
+	return "unknown (" + key + ")"
+}
+
+func (s *scanner) fabric(addr, dir string) Fabric {
+	f := Fabric{PCIAddress: addr, VendorID: s.read(dir + "/vendor"), DeviceID: s.read(dir + "/device"), NUMANode: s.numa(dir),
+		Driver: s.driver(dir), Fabric: "unknown"}
+	f.SRIOVTotal, _ = s.readInt(dir + "/sriov_totalvfs")
+	f.SRIOVNum, _ = s.readInt(dir + "/sriov_numvfs")
+	links, _ := s.fs.Glob(dir + "/virtfn*")
+	sort.Slice(links, func(i, j int) bool { return vfIndex(links[i]) < vfIndex(links[j]) })
+	for _, l := range links {
+		if vf := s.fs.LinkBase(l); vf != "" {
+			f.VFs = append(f.VFs, vf)
+			f.VFDrivers = append(f.VFDrivers, s.driver(pciDevs+"/"+vf))
+		}
+	}
+	return f
+}
+
+func vfIndex(p string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(path.Base(p), "virtfn"))
+	return n
+}
+
+// rdma attaches /sys/class/infiniband devices (ports, link layer, GUID) to their PCI parents.
+func (s *scanner) rdma(fab []Fabric) {
+	devs, _ := s.fs.ReadDir("/sys/class/infiniband")
+	byPCI := map[string]*Fabric{}
+	for i := range fab {
+		byPCI[fab[i].PCIAddress] = &fab[i]
+	}
+	for _, d := range devs {
+		base := "/sys/class/infiniband/" + d.Name()
+		f, ok := byPCI[s.fs.LinkBase(base+"/device")]
+		if !ok {
+			continue
+		}
+		f.RDMADevice, f.NodeGUID = d.Name(), s.read(base+"/node_guid")
+		ports, _ := s.fs.ReadDir(base + "/ports")
+		for _, p := range ports {
+			n, _ := strconv.Atoi(p.Name())
+			pb := base + "/ports/" + p.Name()
+			port := Port{Port: n, State: s.read(pb + "/state"), PhysState: s.read(pb + "/phys_state"),
+				LinkLayer: s.read(pb + "/link_layer"), Rate: s.read(pb + "/rate")}
+			f.Ports = append(f.Ports, port)
+			switch port.LinkLayer {
+			case "InfiniBand":
+				f.Fabric = "infiniband"
+			case "Ethernet":
+				f.Fabric = "roce"
+			}
+		}
+	}
+}
+
+// nvme lists namespaces with stable identity, partitions, mounts, signatures and the OS disk.
+func (s *scanner) nvme() []NVMe {
+	mounts := s.mounts()
+	byID := s.byID()
+	blocks, _ := s.fs.Glob("/sys/block/nvme*n*")
+	out := []NVMe{}
+	for _, b := range blocks {
+		ns := path.Base(b)
+		ctrl := ns[:strings.LastIndex(ns, "n")]
+		cdir := "/sys/class/nvme/" + ctrl
+		pci := s.fs.LinkBase(cdir + "/device")
+		n := NVMe{Controller: ctrl, Namespace: ns, PCIAddress: pci, ByID: byID[ns]}
+		if pci != "" {
+			n.NUMANode = s.numa(pciDevs + "/" + pci)
+		}
+		if sectors, err := strconv.ParseInt(s.read(b+"/size"), 10, 64); err == nil {
+			n.SizeBytes = sectors * 512
+		}
+		parts, _ := s.fs.Glob(b + "/" + ns + "p*")
+		for _, p := range parts {
+			n.Partitions = append(n.Partitions, path.Base(p))
+		}
+		sort.Strings(n.Partitions)
+		for _, dev := range append([]string{ns}, n.Partitions...) {
+			for _, mp := range mounts["/dev/"+dev] {
+				n.Mounts = append(n.Mounts, mp)
+				if mp == "/" || mp == "/boot" || mp == "/boot/efi" {
+					n.OSDisk = true
+				}
+			}
+		}
+		if head, err := s.fs.ReadHead("/dev/"+ns, 68<<10); err == nil {
+			n.Signature = signature(head)
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].PCIAddress != out[j].PCIAddress {
+			return out[i].PCIAddress < out[j].PCIAddress
+		}
+		return out[i].Namespace < out[j].Namespace
+	})
+	return out
+}
+
+// mounts maps a source device to its mount points (/proc/mounts).
+func (s *scanner) mounts() map[string][]string {
+	out := map[string][]string{}
+	b, err := s.fs.ReadFile("/proc/mounts")
+	if err != nil {
+		s.warn = append(s.warn, "cannot read /proc/mounts: mount state unknown")
+		return out
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && strings.HasPrefix(f[0], "/dev/") {
+			out[f[0]] = append(out[f[0]], f[1])
+		}
+	}
+	return out
+}
+
+// byID picks each namespace's stable name from /dev/disk/by-id: EUI, then NGUID/UUID/WWN,
+// then model+serial. Partition links are ignored. A bare /dev/nvmeXnY is never an identity.
+func (s *scanner) byID() map[string]string {
+	links, _ := s.fs.ReadDir("/dev/disk/by-id")
+	rank := func(name string) int {
+		switch {
+		case strings.HasPrefix(name, "nvme-eui."):
+			return 0
+		case strings.HasPrefix(name, "nvme-uuid."), strings.HasPrefix(name, "nvme-nguid."), strings.HasPrefix(name, "wwn-"):
+			return 1
+		case strings.HasPrefix(name, "nvme-"):
+			return 2
+		}
+		return 9
+	}
+	best := map[string]string{}
+	for _, l := range links {
+		name := l.Name()
+		if strings.Contains(name, "-part") || rank(name) == 9 {
+			continue
+		}
+		target := s.fs.LinkBase("/dev/disk/by-id/" + name)
+		if !strings.HasPrefix(target, "nvme") {
+			continue
+		}
+		cur, ok := best[target]
+		if !ok || rank(name) < rank(path.Base(cur)) || (rank(name) == rank(path.Base(cur)) && name < path.Base(cur)) {
+			best[target] = "/dev/disk/by-id/" + name
+		}
+	}
+	return best
+}
+
+// signature recognises common filesystem and partition-table signatures at known offsets.
+func signature(b []byte) string {
+	has := func(off int, magic []byte) bool { return len(b) >= off+len(magic) && bytes.Equal(b[off:off+len(magic)], magic) }
+	switch {
+	case has(512, []byte("EFI PART")):
+		return "gpt"
+	case has(0, []byte("XFSB")):
+		return "xfs"
+	case len(b) >= 1082 && binary.LittleEndian.Uint16(b[1080:1082]) == 0xEF53:
+		return "ext4"
+	case has(65600, []byte("_BHRfS_M")):
+		return "btrfs"
+	case has(3, []byte("NTFS    ")):
+		return "ntfs"
+	case has(82, []byte("FAT32   ")) || has(54, []byte("FAT16   ")):
+		return "vfat"
+	case has(4086, []byte("SWAPSPACE2")):
+		return "swap"
+	case has(510, []byte{0x55, 0xAA}):
+		return "mbr"
+	}
+	return ""
+}
+
+func (s *scanner) numaNodes() []NUMANode {
+	nodes, _ := s.fs.Glob("/sys/devices/system/node/node[0-9]*")
+	out := []NUMANode{}
+	for _, n := range nodes {
+		id, err := strconv.Atoi(strings.TrimPrefix(path.Base(n), "node"))
+		if err != nil {
+			continue
+		}
+		nn := NUMANode{Node: id, CPUs: s.read(n + "/cpulist")}
+		nn.Hugepages1GTotal, _ = s.readInt(n + "/hugepages/hugepages-1048576kB/nr_hugepages")
+		nn.Hugepages1GFree, _ = s.readInt(n + "/hugepages/hugepages-1048576kB/free_hugepages")
+		out = append(out, nn)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func (s *scanner) netdevs() []NetDev {
+	devs, _ := s.fs.ReadDir("/sys/class/net")
+	out := []NetDev{}
+	for _, d := range devs {
+		if d.Name() == "lo" {
+			continue
+		}
+		base := "/sys/class/net/" + d.Name()
+		out = append(out, NetDev{Name: d.Name(), MAC: s.read(base + "/address"), PCIAddress: s.fs.LinkBase(base + "/device")})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
