@@ -16,7 +16,9 @@ func candidates(r *Report) []Candidate {
 	for i, g := range r.GPUs {
 		c := Candidate{SlotIndex: i, ApprovalRequired: true, GPUPCI: g.PCIAddress, GPUModel: g.Model, NUMANode: g.NUMANode,
 			BlockingReasons: []string{}}
-		block := func(format string, args ...any) { c.BlockingReasons = append(c.BlockingReasons, fmt.Sprintf(format, args...)) }
+		block := func(format string, args ...any) {
+			c.BlockingReasons = append(c.BlockingReasons, fmt.Sprintf(format, args...))
+		}
 		if g.NUMANode == nil {
 			block("GPU NUMA node unknown (numa_node -1): locality cannot be proven")
 		}

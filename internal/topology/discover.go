@@ -270,7 +270,9 @@ func (s *scanner) byID() map[string]string {
 
 // signature recognises common filesystem and partition-table signatures at known offsets.
 func signature(b []byte) string {
-	has := func(off int, magic []byte) bool { return len(b) >= off+len(magic) && bytes.Equal(b[off:off+len(magic)], magic) }
+	has := func(off int, magic []byte) bool {
+		return len(b) >= off+len(magic) && bytes.Equal(b[off:off+len(magic)], magic)
+	}
 	switch {
 	case has(512, []byte("EFI PART")):
 		return "gpt"

@@ -160,4 +160,4 @@ func TestSignatures(t *testing.T) {
 }
 
 func writeFile(p string, b []byte) error { return os.WriteFile(p, b, 0o644) }
-func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
+func readFile(p string) ([]byte, error)  { return os.ReadFile(p) }

@@ -53,19 +53,19 @@ type Port struct {
 
 // Fabric is an RDMA-capable PCI function: a parent (PF) with its SR-IOV VFs.
 type Fabric struct {
-	PCIAddress  string   `json:"pci_address"`
-	VendorID    string   `json:"vendor_id"`
-	DeviceID    string   `json:"device_id"`
-	RDMADevice  string   `json:"rdma_device,omitempty"` // mlx5_0
-	NUMANode    *int     `json:"numa_node"`
-	Driver      string   `json:"driver"`
-	Fabric      string   `json:"fabric"` // infiniband | roce | unknown
-	NodeGUID    string   `json:"node_guid,omitempty"`
-	Ports       []Port   `json:"ports,omitempty"`
-	SRIOVTotal  int      `json:"sriov_totalvfs"`
-	SRIOVNum    int      `json:"sriov_numvfs"`
-	VFs         []string `json:"vfs,omitempty"`
-	VFDrivers   []string `json:"vf_drivers,omitempty"`
+	PCIAddress string   `json:"pci_address"`
+	VendorID   string   `json:"vendor_id"`
+	DeviceID   string   `json:"device_id"`
+	RDMADevice string   `json:"rdma_device,omitempty"` // mlx5_0
+	NUMANode   *int     `json:"numa_node"`
+	Driver     string   `json:"driver"`
+	Fabric     string   `json:"fabric"` // infiniband | roce | unknown
+	NodeGUID   string   `json:"node_guid,omitempty"`
+	Ports      []Port   `json:"ports,omitempty"`
+	SRIOVTotal int      `json:"sriov_totalvfs"`
+	SRIOVNum   int      `json:"sriov_numvfs"`
+	VFs        []string `json:"vfs,omitempty"`
+	VFDrivers  []string `json:"vf_drivers,omitempty"`
 }
 
 // NUMANode is a NUMA node's CPUs and 1 GiB hugepages.
