@@ -29,6 +29,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
 	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/topology"
 )
 
 // Agent is a running gpuaas-hostd.
@@ -333,6 +334,12 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		out, err = a.runtime.Provision(ctx, p, rec)
 	case *task.VMRelease:
 		out, err = a.runtime.Release(ctx, p, rec)
+	case *task.TopologyDiscover:
+		err = rec.Run("topology_discover", func() error {
+			r, derr := topology.Discover(a.host)
+			out = r
+			return derr
+		})
 	default:
 		err = fmt.Errorf("task type %s has no handler on this host yet", env.Type)
 	}
@@ -426,7 +433,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 func (a *Agent) sendHeartbeat(ctx context.Context) {
 	facts, _ := json.Marshal(a.facts())
 	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
-		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease)}, Facts: facts,
+		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover)}, Facts: facts,
 		FirmwareProfile: a.firmwareEvidence()}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

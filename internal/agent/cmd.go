@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/topology"
 )
 
 // Main runs the gpuaas-hostd command line and returns the exit code.
@@ -23,7 +27,7 @@ func Main(version string, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), &cobra.Command{
+	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), &cobra.Command{
 		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintf(stdout, "gpuaas-hostd %s\n", version) },
 	})
@@ -84,5 +88,33 @@ func newRunCmd(version string, stderr io.Writer) *cobra.Command {
 		},
 	}
 	BindRunFlags(cmd.Flags())
+	return cmd
+}
+
+func newDiscoverCmd(stdout io.Writer) *cobra.Command {
+	var root, output string
+	cmd := &cobra.Command{
+		Use:   "discover [--host-root DIR] [-o json|table]",
+		Short: "Discover GPUs, NVMe, fabric and candidate slot bundles locally (no controller needed)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			r, err := topology.Discover(hostfs.New(root))
+			if err != nil {
+				return err
+			}
+			switch output {
+			case "json":
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			case "table":
+				return topology.PrintTable(stdout, r)
+			default:
+				return fmt.Errorf("-o must be json or table")
+			}
+		},
+	}
+	cmd.Flags().StringVar(&root, "host-root", "/", "root of the host tree to read")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "json or table")
 	return cmd
 }

@@ -516,3 +516,21 @@ type AllocationTask struct {
 	Error     string      `json:"error,omitempty"`
 	CreatedAt time.Time   `json:"created_at"`
 }
+
+// Discovery is the latest slice-topology discovery of a node: the task and, once it
+// succeeded, its report (candidates stay advisory until approved).
+type Discovery struct {
+	NodeID      string          `json:"node_id"`
+	TaskID      string          `json:"task_id"`
+	Status      string          `json:"status"`
+	Error       string          `json:"error,omitempty"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Report      json.RawMessage `json:"report,omitempty"`
+}
+
+// SlotApprove promotes discovered candidates into approved slots.
+type SlotApprove struct {
+	SlotIndexes []int `json:"slot_indexes,omitempty"`
+	AllReady    bool  `json:"all_ready"`
+	DryRun      bool  `json:"dry_run"`
+}

@@ -179,7 +179,7 @@ func newCmdNodesDrain(f *Factory, drain bool) *cobra.Command {
 // NewCmdSlots is `gpuaasctl slots`.
 func NewCmdSlots(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "slots", Short: "Inspect and approve a node's slot map (admin)"}
-	cmd.AddCommand(newCmdSlotsList(f), newCmdSlotsApply(f), newCmdSlotsEnable(f, false), newCmdSlotsEnable(f, true))
+	cmd.AddCommand(newCmdSlotsList(f), newCmdSlotsApply(f), newCmdSlotsEnable(f, false), newCmdSlotsEnable(f, true), newCmdSlotsApprove(f))
 	return cmd
 }
 

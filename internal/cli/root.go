@@ -49,6 +49,7 @@ Exit codes: 0 ok, 1 error, 2 usage or invalid request, 3 unauthorized/forbidden,
 		NewCmdTokens(f),
 		NewCmdAudit(f),
 		NewCmdTasks(f),
+		NewCmdTopology(f),
 	)
 	return root
 }

@@ -381,3 +381,24 @@ func (c *Client) NewBootstrapToken(ctx context.Context, node string) (*apiv1.Boo
 	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/bootstrap-token", nil, nil, &out, nil)
 	return &out, err
 }
+
+// DiscoverTopology queues a slice-topology discovery on a node.
+func (c *Client) DiscoverTopology(ctx context.Context, node string) (*apiv1.Discovery, error) {
+	var out apiv1.Discovery
+	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/slice-topology/discovery", nil, nil, &out, nil)
+	return &out, err
+}
+
+// GetTopology returns a node's latest discovery.
+func (c *Client) GetTopology(ctx context.Context, node string) (*apiv1.Discovery, error) {
+	var out apiv1.Discovery
+	_, err := c.do(ctx, "GET", "/api/v1/admin/nodes/"+esc(node)+"/slice-topology/discovery", nil, nil, &out, nil)
+	return &out, err
+}
+
+// ApproveSlots promotes discovered candidates into slots.
+func (c *Client) ApproveSlots(ctx context.Context, node string, req apiv1.SlotApprove) (*apiv1.SlotApplyResult, error) {
+	var out apiv1.SlotApplyResult
+	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/slots/approve", nil, req, &out, nil)
+	return &out, err
+}

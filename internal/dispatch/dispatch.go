@@ -374,3 +374,22 @@ func (d *Dispatcher) Reap(ctx context.Context) error {
 	}
 	return nil
 }
+
+// QueueTask queues a task that belongs to no allocation (e.g. topology discovery) and wakes
+// the node's polls here and on other replicas.
+func (d *Dispatcher) QueueTask(ctx context.Context, nodeID string, t task.Type, payload any, ttl time.Duration) (string, error) {
+	var id string
+	err := d.st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		id, err = tx.InsertTask(ctx, store.NewTask{NodeID: nodeID, Type: string(t), Payload: payload, TTL: ttl})
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	d.hub.Wake(nodeID)
+	if err := d.st.Notify(ctx, NotifyChannel, nodeID); err != nil {
+		d.log.Warn("notify", "node", nodeID, "err", err)
+	}
+	return id, nil
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/controller"
 	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
 
 func TestMain(m *testing.M) {
@@ -82,6 +83,7 @@ func TestScripts(t *testing.T) {
 			"waitalloc": waitAlloc,
 			"waitnode":  waitNode,
 			"waitspool": waitSpool,
+			"mkhost":    mkHost,
 		},
 		RequireExplicitExec: true,
 	})
@@ -238,4 +240,16 @@ func waitSpool(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(50 * time.Millisecond) // directory poll, bounded by the deadline
 	}
 	ts.Fatalf("no spooled result in %s after %s", args[0], timeout)
+}
+
+// mkHost writes a fixture host tree. Usage: mkhost DIR VARIANT (h200, h200-no-vfs, ...)
+func mkHost(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: mkhost DIR VARIANT")
+	}
+	spec, ok := fixture.Variants[args[1]]
+	if !ok {
+		ts.Fatalf("unknown fixture variant %q", args[1])
+	}
+	ts.Check(fixture.Write(ts.MkAbs(args[0]), spec()))
 }

@@ -275,3 +275,11 @@ func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string),
 		fn(n.Payload)
 	}
 }
+
+// LatestTask returns the newest task of a type for a node.
+func (s *Store) LatestTask(ctx context.Context, nodeID, typ string) (TaskRecord, error) {
+	var tr TaskRecord
+	err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM node_tasks WHERE node_id = $1 AND type = $2
+		ORDER BY created_at DESC LIMIT 1`, nodeID, typ), &tr)
+	return tr, translate(err)
+}

@@ -1,0 +1,180 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/topology"
+)
+
+func (s *Server) queueDiscovery(w http.ResponseWriter, r *http.Request, p Principal) error {
+	if s.dispatch == nil {
+		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeTopologyDiscover, task.TopologyDiscover{IncludeHugepages: true}, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		return tx.Audit(r.Context(), audit(r, p, "node.topology_discover", "node", id, map[string]any{"task_id": taskID}))
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, apiv1.Discovery{NodeID: id, TaskID: taskID, Status: "queued"})
+	return nil
+}
+
+// latestDiscovery returns the newest discovery task and its report (nil until it succeeded).
+func (s *Server) latestDiscovery(ctx context.Context, nodeID string) (apiv1.Discovery, *topology.Report, error) {
+	tr, err := s.store.LatestTask(ctx, nodeID, string(task.TypeTopologyDiscover))
+	if errors.Is(err, store.ErrNotFound) {
+		return apiv1.Discovery{}, nil, errNotFound("no topology discovery for this node yet; POST .../slice-topology/discovery")
+	}
+	if err != nil {
+		return apiv1.Discovery{}, nil, err
+	}
+	d := apiv1.Discovery{NodeID: nodeID, TaskID: tr.ID, Status: tr.Status, Error: tr.Error, CompletedAt: tr.CompletedAt, Report: tr.Output}
+	if tr.Status != "succeeded" {
+		return d, nil, nil
+	}
+	var rep topology.Report
+	if err := json.Unmarshal(tr.Output, &rep); err != nil {
+		return d, nil, fmt.Errorf("discovery output: %w", err)
+	}
+	return d, &rep, nil
+}
+
+func (s *Server) getDiscovery(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	d, _, err := s.latestDiscovery(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// deterministicMAC is 52:54:00:xx:yy:ss — xx:yy from the node id, ss the slot index — so a
+// node's slots keep their MACs across re-approval.
+func deterministicMAC(nodeID string, slot int) string {
+	h := sha256.Sum256([]byte(nodeID))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], slot&0xff)
+}
+
+// approveSlots promotes ready candidates of the latest discovery into the node's slot map.
+func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.SlotApprove
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if !req.AllReady && len(req.SlotIndexes) == 0 {
+		return errInvalid("name slot_indexes or set all_ready")
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	d, rep, err := s.latestDiscovery(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if rep == nil {
+		return apiErr(apiv1.CodeConflict, "the latest discovery has not succeeded (status "+d.Status+")", nil)
+	}
+	want := map[int]bool{}
+	for _, i := range req.SlotIndexes {
+		want[i] = true
+	}
+	existing, err := s.store.ListSlots(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	specs := map[int]apiv1.SlotSpec{}
+	for _, sl := range existing {
+		if sl.Status != "disabled" {
+			specs[sl.SlotIndex] = slotSpecOf(sl)
+		}
+	}
+	approved := []int{}
+	for _, c := range rep.Candidates {
+		if !(req.AllReady && c.Ready) && !want[c.SlotIndex] {
+			continue
+		}
+		if !c.Ready {
+			return apiErr(apiv1.CodeConflict, fmt.Sprintf("candidate %d is blocked: %v", c.SlotIndex, c.BlockingReasons), nil)
+		}
+		delete(want, c.SlotIndex)
+		vcpu, mem := 24, 65536
+		fabric := c.Fabric
+		if fabric == "unknown" || fabric == "" {
+			fabric = "none"
+		}
+		specs[c.SlotIndex] = apiv1.SlotSpec{SlotIndex: c.SlotIndex, GPUModel: c.GPUModel, PCIAddress: c.GPUPCI, NVMeDevice: c.NVMeDevice,
+			NetworkFabric: fabric, FabricPCIAddress: c.FabricParentPCI, NUMANode: c.NUMANode, VCPUCount: &vcpu, MemoryMiB: &mem,
+			MACAddress: deterministicMAC(id, c.SlotIndex), PrivateIP: fmt.Sprintf("10.100.0.%d", 10+c.SlotIndex),
+			CapacityMetadata: map[string]any{"storage_ownership": "slice", "destructive_wipe_policy": "blkdiscard_zero_verify",
+				"fabric_claim_mode": "per_slot_vf", "fabric_vf_pci_address": c.FabricVFPCI, "discovery_task_id": d.TaskID}}
+		approved = append(approved, c.SlotIndex)
+	}
+	if len(want) > 0 {
+		return errInvalid("no such candidates: %v", keys(want))
+	}
+	all := make([]apiv1.SlotSpec, 0, len(specs))
+	for _, sp := range specs {
+		all = append(all, sp)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].SlotIndex < all[j].SlotIndex })
+	if err := ValidateSlotMap(all); err != nil {
+		return err
+	}
+	var out apiv1.SlotApplyResult
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		var err error
+		if out, err = tx.ApplySlots(r.Context(), id, all, req.DryRun); err != nil || req.DryRun {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.slots.approve", "node", id, map[string]any{"slot_indexes": approved, "discovery_task_id": d.TaskID}))
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func keys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// slotSpecOf turns a stored slot back into its declarative spec.
+func slotSpecOf(sl apiv1.Slot) apiv1.SlotSpec {
+	md := map[string]any{}
+	_ = json.Unmarshal(sl.CapacityMetadata, &md)
+	cm, mc := sl.ComputeMilli, sl.MaxClaims
+	return apiv1.SlotSpec{SlotIndex: sl.SlotIndex, GPUModel: sl.GPUModel, PCIAddress: sl.PCIAddress, GPUUUID: sl.GPUUUID,
+		GPUMemoryMiB: sl.GPUMemoryMiB, NVMeDevice: sl.NVMeDevice, NetworkFabric: sl.NetworkFabric, NetworkDevice: sl.NetworkDevice,
+		FabricPCIAddress: sl.FabricPCIAddress, FabricDeviceID: sl.FabricDeviceID, NUMANode: sl.NUMANode, VCPUCount: sl.VCPUCount,
+		MemoryMiB: sl.MemoryMiB, MACAddress: sl.MACAddress, PrivateIP: sl.PrivateIP, CapacityMetadata: md,
+		SharingModel: sl.SharingModel, ProfileName: sl.ProfileName, ComputeMilli: &cm, MaxClaims: &mc}
+}
