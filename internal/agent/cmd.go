@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/topology"
 )
@@ -27,7 +28,7 @@ func Main(version string, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), &cobra.Command{
+	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), &cobra.Command{
 		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintf(stdout, "gpuaas-hostd %s\n", version) },
 	})
@@ -116,5 +117,65 @@ func newDiscoverCmd(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&root, "host-root", "/", "root of the host tree to read")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "json or table")
+	return cmd
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newStorageTransitionCmd(stdout io.Writer) *cobra.Command {
+	var o disk.TransitionOptions
+	var root string
+	cmd := &cobra.Command{
+		Use:   "storage-transition --devices DEV,... [--apply --node NAME --confirm NAME]",
+		Short: "Hand raw NVMe from host/share use to slice ownership (dry run unless --apply)",
+		Long: `Plans, and with --apply performs, the seed-003 storage transition for the listed devices:
+back up fstab and comment out their share entries, unmount their share mounts, wipe
+signatures and partition tables, blkdiscard, verify, and write a manifest under
+/var/log/gpuaas. The OS disk is always refused. --apply also needs --confirm with the
+node name. Only after this may the node's slots record storage_ownership=slice.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := disk.Wiper{FS: hostfs.New(root), Run: hostfs.Exec{}}
+			res, err := w.Transition(cmd.Context(), o)
+			if perr := printJSON(stdout, res); perr != nil {
+				return perr
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&o.Devices, "devices", nil, "approved raw devices (/dev/disk/by-id/... preferred)")
+	fl.BoolVar(&o.Apply, "apply", false, "perform the destructive steps (default: plan only)")
+	fl.StringVar(&o.NodeName, "node", "", "this node's name")
+	fl.StringVar(&o.Confirm, "confirm", "", "repeat the node name to confirm --apply")
+	fl.StringVar(&root, "host-root", "/", "host root")
+	return cmd
+}
+
+func newWipeCmd(stdout io.Writer) *cobra.Command {
+	var apply bool
+	var root string
+	cmd := &cobra.Command{
+		Use:   "wipe-verify DEVICE [--apply]",
+		Short: "Wipe a slot disk and verify it reads back clean (dry run unless --apply)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := disk.Wiper{FS: hostfs.New(root), Run: hostfs.Exec{}}
+			ev, err := w.Wipe(cmd.Context(), args[0], apply)
+			if perr := printJSON(stdout, ev); perr != nil {
+				return perr
+			}
+			if err == nil && apply && !ev.Verified {
+				return fmt.Errorf("wipe not verified: %s", ev.Error)
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&apply, "apply", false, "perform the wipe (default: report what would happen)")
+	cmd.Flags().StringVar(&root, "host-root", "/", "host root")
 	return cmd
 }
