@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -59,6 +60,16 @@ func DeriveMode(n apiv1.Node, heartbeatMaxAge time.Duration, now time.Time) (str
 		reasons = append(reasons, fmt.Sprintf("%d slots cleanup_blocked/failed (blocked alone)", blocked))
 	}
 	sched.Reasons = reasons
+	if !sliceIntent {
+		sched.SliceMissing = append(sched.SliceMissing, "profile tag "+SliceProfileTag)
+	}
+	if !FirmwareVerified(n.FirmwareProfile) {
+		sched.SliceMissing = append(sched.SliceMissing, "verified firmware profile evidence")
+	}
+	if approved == 0 {
+		sched.SliceMissing = append(sched.SliceMissing, "approved slots")
+	}
+	sched.SliceSupported = len(sched.SliceMissing) == 0
 
 	var mode string
 	switch {
@@ -84,4 +95,22 @@ func DeriveMode(n apiv1.Node, heartbeatMaxAge time.Duration, now time.Time) (str
 		mode = apiv1.ModeBaremetalOnly
 	}
 	return mode, sched
+}
+
+// FirmwareVerified reports whether firmware-profile evidence says verified: either the
+// document itself ({"status": "verified"}) or any evidence file in the map hostd reports.
+func FirmwareVerified(doc json.RawMessage) bool {
+	var m map[string]any
+	if json.Unmarshal(doc, &m) != nil {
+		return false
+	}
+	if m["status"] == "verified" {
+		return true
+	}
+	for _, v := range m {
+		if e, ok := v.(map[string]any); ok && e["status"] == "verified" {
+			return true
+		}
+	}
+	return false
 }

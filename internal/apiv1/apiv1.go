@@ -113,6 +113,10 @@ type Schedulable struct {
 	Baremetal bool     `json:"baremetal"`
 	Slice     bool     `json:"slice"`
 	Reasons   []string `json:"reasons,omitempty"`
+	// SliceSupported is seed 003's capability rule: slice profile tag AND a verified firmware
+	// profile AND approved slots. SliceMissing names the parts that are not there yet.
+	SliceSupported bool     `json:"slice_supported"`
+	SliceMissing   []string `json:"slice_missing,omitempty"`
 }
 
 // SlotSummary aggregates a node's slots.

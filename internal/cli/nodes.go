@@ -135,6 +135,11 @@ func newCmdNodesShow(f *Factory) *cobra.Command {
 				}
 				row(t, "Agent heartbeat:", hb)
 				row(t, "Schedulable:", fmt.Sprintf("baremetal=%v slice=%v", n.Schedulable.Baremetal, n.Schedulable.Slice))
+				sup := "yes"
+				if !n.Schedulable.SliceSupported {
+					sup = "no, missing: " + strings.Join(n.Schedulable.SliceMissing, ", ")
+				}
+				row(t, "Slice supported:", sup)
 				for _, r := range n.Schedulable.Reasons {
 					row(t, "", "- "+r)
 				}
