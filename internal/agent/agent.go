@@ -27,6 +27,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/prereq"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
@@ -334,6 +335,11 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		out, err = a.runtime.Provision(ctx, p, rec)
 	case *task.VMRelease:
 		out, err = a.runtime.Release(ctx, p, rec)
+	case *task.PrereqCheck:
+		err = rec.Run("prereq_check", func() error {
+			out = prereq.Run(a.host, prereq.Options{HugepagesGiB: p.HugepagesGiB, Bridge: p.Bridge})
+			return nil
+		})
 	case *task.TopologyDiscover:
 		err = rec.Run("topology_discover", func() error {
 			r, derr := topology.Discover(a.host)
@@ -433,8 +439,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 func (a *Agent) sendHeartbeat(ctx context.Context) {
 	facts, _ := json.Marshal(a.facts())
 	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
-		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover)}, Facts: facts,
-		FirmwareProfile: a.firmwareEvidence()}
+		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover), string(task.TypePrereqCheck)}, Facts: facts,
+		FirmwareProfile: a.firmwareEvidence(), Prerequisites: a.prereqSummary()}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, data, err := a.do(hctx, "POST", "/api/v1/agent/heartbeat", hb)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/prereq"
 	"github.com/gpuaas/gpuaas/internal/topology"
 )
 
@@ -28,7 +29,7 @@ func Main(version string, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), &cobra.Command{
+	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newPrereqCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), &cobra.Command{
 		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintf(stdout, "gpuaas-hostd %s\n", version) },
 	})
@@ -177,5 +178,31 @@ func newWipeCmd(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&apply, "apply", false, "perform the wipe (default: report what would happen)")
 	cmd.Flags().StringVar(&root, "host-root", "/", "host root")
+	return cmd
+}
+
+func newPrereqCmd(stdout io.Writer) *cobra.Command {
+	var root string
+	var o prereq.Options
+	var strict bool
+	cmd := &cobra.Command{
+		Use:   "prereq [--host-root DIR] [--hugepages-gib N] [--strict]",
+		Short: "Check slice prerequisites (kvm, IOMMU, vfio-pci, OVS bridge, libvirt, OVMF, qemu-img, hugepages, pending reboot)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			r := prereq.Run(hostfs.New(root), o)
+			if err := printJSON(stdout, r); err != nil {
+				return err
+			}
+			if strict && !r.Ready {
+				return fmt.Errorf("prerequisites failing: %v", r.Failed)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&root, "host-root", "/", "host root")
+	cmd.Flags().IntVar(&o.HugepagesGiB, "hugepages-gib", 0, "1 GiB hugepages that must be free")
+	cmd.Flags().StringVar(&o.Bridge, "bridge", "ovsbr0", "OVS bridge slice VMs attach to")
+	cmd.Flags().BoolVar(&strict, "strict", false, "exit non-zero when not ready")
 	return cmd
 }

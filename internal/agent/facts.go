@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/prereq"
 )
 
 // Facts is the host summary sent with heartbeats.
@@ -79,5 +81,14 @@ func (a *Agent) firmwareEvidence() json.RawMessage {
 		return nil
 	}
 	b, _ := json.Marshal(out)
+	return b
+}
+
+// prereqSummary is the heartbeat's prerequisite summary. The sim runtime needs none of the
+// host prerequisites, so they are reported but not required there.
+func (a *Agent) prereqSummary() json.RawMessage {
+	r := prereq.Run(a.host, prereq.Options{})
+	sum := map[string]any{"ready": r.Ready || a.runtime.Name() == "sim", "required": a.runtime.Name() != "sim", "failed": r.Failed}
+	b, _ := json.Marshal(sum)
 	return b
 }

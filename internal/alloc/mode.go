@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -47,6 +48,16 @@ func DeriveMode(n apiv1.Node, heartbeatMaxAge time.Duration, now time.Time) (str
 			reasons = append(reasons, fmt.Sprintf("agent heartbeat stale (%s ago)", age.Round(time.Second)))
 			sched.Baremetal, sched.Slice = false, false
 		}
+	}
+	var facts struct {
+		Prereq *struct {
+			Ready  bool     `json:"ready"`
+			Failed []string `json:"failed"`
+		} `json:"prerequisites"`
+	}
+	if json.Unmarshal(n.AgentFacts, &facts) == nil && facts.Prereq != nil && !facts.Prereq.Ready {
+		reasons = append(reasons, "host prerequisites failing: "+strings.Join(facts.Prereq.Failed, ", "))
+		sched.Slice = false
 	}
 	if sum.LiveExclusiveClaims > 0 {
 		reasons = append(reasons, "baremetal allocation holds the node")

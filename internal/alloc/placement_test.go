@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -457,5 +458,23 @@ func TestCapacityDistinguishesRawFromTopologySafe(t *testing.T) {
 	want := map[string]int{"1": 6, "2": 3, "4": 0, "8": 0} // 2-GPU: 1+2, 5+6, then 3+7 spanning groups
 	if c.RawFreeSlots != 6 || !reflect.DeepEqual(c.Launchable, want) || c.BlockedByPolicy != 1 {
 		t.Fatalf("capacity = %+v", c)
+	}
+}
+
+func TestFailingHostPrerequisitesExcluded(t *testing.T) {
+	b := setup(t)
+	bad := b.addNode("a-bad", 1)
+	b.addNode("b-good", 2, withSlots(0))
+	if err := b.st.RecordHeartbeats(b.ctx, []store.HeartbeatRecord{{NodeID: bad.ID, At: time.Now(),
+		Facts: []byte(`{"prerequisites": {"ready": false, "required": true, "failed": ["vfio_pci", "ovs_bridge"]}}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if node, _ := b.placed(b.mustCreate(1)); node != "b-good" {
+		t.Fatalf("placed on %s", node)
+	}
+	n := mustNode(b, "a-bad")
+	_, s := alloc.DeriveMode(n, 0, time.Now())
+	if s.Slice || !strings.Contains(strings.Join(s.Reasons, ";"), "host prerequisites failing: vfio_pci, ovs_bridge") {
+		t.Fatalf("schedulable = %+v", s)
 	}
 }

@@ -35,6 +35,7 @@ const sliceBase = `
 	  AND ($2 = '' OR n.region = $2)
 	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
+	  AND coalesce(n.agent_facts->'prerequisites'->>'ready', 'true') = 'true'
 	  AND coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
 	  AND s.status = 'available' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
 	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000

@@ -23,6 +23,7 @@ const (
 	TypeVMRelease        Type = "slice.vm_release"
 	TypeReconcile        Type = "slice.reconcile"
 	TypeTerminalOpen     Type = "terminal.open"
+	TypePrereqCheck      Type = "host.prereq_check"
 )
 
 // Known reports whether t is a task type this build understands.
@@ -101,6 +102,12 @@ type Reconcile struct {
 	AllocationIDs []string `json:"allocation_ids"`
 }
 
+// PrereqCheck is the payload of host.prereq_check.
+type PrereqCheck struct {
+	HugepagesGiB int    `json:"hugepages_gib"`
+	Bridge       string `json:"bridge,omitempty"`
+}
+
 // TerminalOpen is the payload of terminal.open.
 type TerminalOpen struct {
 	SessionID    string `json:"session_id"`
@@ -115,6 +122,7 @@ var payloadTypes = map[Type]func() any{
 	TypeVMRelease:        func() any { return &VMRelease{} },
 	TypeReconcile:        func() any { return &Reconcile{} },
 	TypeTerminalOpen:     func() any { return &TerminalOpen{} },
+	TypePrereqCheck:      func() any { return &PrereqCheck{} },
 }
 
 // DecodePayload decodes an envelope's payload into the type's struct, rejecting unknown
