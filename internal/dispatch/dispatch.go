@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/topology"
 )
 
 // NotifyChannel is the PostgreSQL channel carrying node ids with new tasks.
@@ -321,6 +323,9 @@ func (d *Dispatcher) Result(ctx context.Context, nodeID, taskID string, r task.R
 }
 
 func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
+	if tr.Type == string(task.TypeTopologyDiscover) && tr.Status == "succeeded" {
+		return d.applyDrift(ctx, tr)
+	}
 	if tr.AllocationID == "" {
 		return nil
 	}
@@ -392,4 +397,47 @@ func (d *Dispatcher) QueueTask(ctx context.Context, nodeID string, t task.Type, 
 		d.log.Warn("notify", "node", nodeID, "err", err)
 	}
 	return id, nil
+}
+
+// applyDrift disables available slots whose devices no longer match the host (rediscovery),
+// blocking only those slots. Slots in use are left to the release path's wipe proof.
+func (d *Dispatcher) applyDrift(ctx context.Context, tr store.TaskRecord) error {
+	var rep topology.Report
+	if err := json.Unmarshal(tr.Output, &rep); err != nil {
+		return fmt.Errorf("discovery output: %w", err)
+	}
+	slots, err := d.st.ListSlots(ctx, tr.NodeID)
+	if err != nil {
+		return err
+	}
+	var approved []topology.Approved
+	for _, s := range slots {
+		if s.Status != "available" {
+			continue
+		}
+		var md struct {
+			VF string `json:"fabric_vf_pci_address"`
+		}
+		_ = json.Unmarshal(s.CapacityMetadata, &md)
+		approved = append(approved, topology.Approved{SlotIndex: s.SlotIndex, GPUPCI: s.PCIAddress, NVMeDevice: s.NVMeDevice, FabricVFPCI: md.VF})
+	}
+	drift := topology.Drift(&rep, approved)
+	if len(drift) == 0 {
+		return nil
+	}
+	return d.st.InTx(ctx, func(tx *store.Tx) error {
+		for idx, reasons := range drift {
+			reason := "drift: " + strings.Join(reasons, "; ")
+			sl, err := tx.SetSlotEnabled(ctx, tr.NodeID, idx, false, reason)
+			if err != nil {
+				return err
+			}
+			d.log.Warn("slot disabled by discovery drift", "node", tr.NodeID, "slot", idx, "reason", reason)
+			if err := tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", Action: "slot.drift",
+				TargetKind: "slot", TargetID: sl.ID, Details: map[string]any{"node_id": tr.NodeID, "slot_index": idx, "drift": reasons, "task_id": tr.ID}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -161,3 +161,24 @@ func TestSignatures(t *testing.T) {
 
 func writeFile(p string, b []byte) error { return os.WriteFile(p, b, 0o644) }
 func readFile(p string) ([]byte, error)  { return os.ReadFile(p) }
+
+func TestDriftAgainstApprovedSlots(t *testing.T) {
+	r := discover(t, "h200")
+	var approved []Approved
+	for _, c := range r.Candidates {
+		approved = append(approved, Approved{SlotIndex: c.SlotIndex, GPUPCI: c.GPUPCI, NVMeDevice: c.NVMeDevice, FabricVFPCI: c.FabricVFPCI})
+	}
+	if d := Drift(r, approved); len(d) != 0 {
+		t.Fatalf("fresh host drifts: %v", d)
+	}
+	// The host changes under slots 2, 5 and 7 only.
+	r.NVMe[3].Mounts = []string{"/mnt/oops"} // nvme3 is slot 2's disk (index 0 is the OS disk)
+	r.Fabric[5].VFs = nil
+	r.GPUs = r.GPUs[:7]
+	d := Drift(r, approved)
+	if len(d) != 3 || !strings.Contains(strings.Join(d[2], ";"), "now mounted at [/mnt/oops]") ||
+		!strings.Contains(strings.Join(d[5], ";"), "fabric VF 0000:ba:00.2 is gone") ||
+		!strings.Contains(strings.Join(d[7], ";"), "GPU 0000:dc:00.0 is no longer on the host") {
+		t.Fatalf("drift = %v", d)
+	}
+}
