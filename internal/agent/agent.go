@@ -25,6 +25,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/prereq"
@@ -335,6 +336,24 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		out, err = a.runtime.Provision(ctx, p, rec)
 	case *task.VMRelease:
 		out, err = a.runtime.Release(ctx, p, rec)
+	case *task.StorageTransition:
+		err = rec.Run("storage_transition", func() error {
+			if p.To != "slice" {
+				return fmt.Errorf("only the transition to slice ownership is supported, not %q", p.To)
+			}
+			res, terr := a.wiper().Transition(ctx, disk.TransitionOptions{Devices: p.Devices, Apply: p.Apply, NodeName: p.Node, Confirm: p.Node})
+			out = res
+			return terr
+		})
+	case *task.WipeVerify:
+		err = rec.Run("wipe_verify", func() error {
+			ev, werr := a.wiper().Wipe(ctx, p.Device, p.Apply)
+			out = ev
+			if werr == nil && p.Apply && !ev.Verified {
+				werr = fmt.Errorf("wipe not verified: %s", ev.Error)
+			}
+			return werr
+		})
 	case *task.PrereqCheck:
 		err = rec.Run("prereq_check", func() error {
 			out = prereq.Run(a.host, prereq.Options{HugepagesGiB: p.HugepagesGiB, Bridge: p.Bridge})
@@ -439,7 +458,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 func (a *Agent) sendHeartbeat(ctx context.Context) {
 	facts, _ := json.Marshal(a.facts())
 	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
-		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover), string(task.TypePrereqCheck)}, Facts: facts,
+		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover), string(task.TypePrereqCheck),
+			string(task.TypeStorageTransit), string(task.TypeWipeVerify)}, Facts: facts,
 		FirmwareProfile: a.firmwareEvidence(), Prerequisites: a.prereqSummary()}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -514,3 +534,5 @@ func taskIDSafe(id string) bool {
 	}
 	return true
 }
+
+func (a *Agent) wiper() disk.Wiper { return disk.Wiper{FS: a.host, Run: hostfs.Exec{}} }

@@ -402,3 +402,20 @@ func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p
 	}
 	return tx.SetSlotStatus(ctx, slotID, SlotCleanupBlocked, blocked, nil)
 }
+
+// RepairSlot applies a standalone wipe's proof to a slot left cleanup_blocked or failed (no
+// live claim): with verified proof it returns to available through cleanup, else it stays
+// (or becomes) cleanup_blocked. This is the operator's repair path.
+func (s *Service) RepairSlot(ctx context.Context, slotID string, proof WipeProof) error {
+	now := s.cfg.Now()
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		status, err := tx.SlotStatus(ctx, slotID)
+		if err != nil {
+			return err
+		}
+		if status != SlotCleanupBlocked && status != SlotFailed {
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("slot %s is %s; only cleanup_blocked or failed slots are repaired by a wipe", slotID, status)}
+		}
+		return applyWipeProof(ctx, tx, slotID, "", map[string]WipeProof{slotID: proof}, now, "repair wipe not verified")
+	})
+}

@@ -209,6 +209,10 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/admin/tokens", adminOnly, s.createToken, "Create an API token (shown once)", apiv1.TokenCreate{}, apiv1.Token{}, 201},
 		{"POST", "/api/v1/admin/nodes/{id}/slice-topology/discovery", adminOnly, s.queueDiscovery, "Queue a signed slice.topology_discover task", nil, apiv1.Discovery{}, 202},
 		{"GET", "/api/v1/admin/nodes/{id}/slice-topology/discovery", adminOnly, s.getDiscovery, "Latest discovery task and its advisory report", nil, apiv1.Discovery{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/storage-transition", adminOnly, s.storageTransition, "Queue a storage transition to slice ownership (dry run unless apply + confirm)", apiv1.StorageTransitionRequest{}, map[string]string{}, 202},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/wipe", adminOnly, s.wipeSlot, "Queue a repair wipe + verify of a cleanup_blocked slot", struct {
+			Apply bool `json:"apply"`
+		}{}, map[string]string{}, 202},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/approve", adminOnly, s.approveSlots, "Promote ready discovered candidates into approved slots", apiv1.SlotApprove{}, apiv1.SlotApplyResult{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/bootstrap-token", adminOnly, s.newBootstrapToken, "Issue a new one-time node enrollment token", nil, apiv1.BootstrapToken{}, 201},
 		{"GET", "/api/v1/tasks", adminOnly, s.listTasks, "List node tasks (query: node, allocation)", nil, apiv1.List[store.TaskRecord]{}, 200},

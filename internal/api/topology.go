@@ -178,3 +178,86 @@ func slotSpecOf(sl apiv1.Slot) apiv1.SlotSpec {
 		MemoryMiB: sl.MemoryMiB, MACAddress: sl.MACAddress, PrivateIP: sl.PrivateIP, CapacityMetadata: md,
 		SharingModel: sl.SharingModel, ProfileName: sl.ProfileName, ComputeMilli: &cm, MaxClaims: &mc}
 }
+
+func (s *Server) storageTransition(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.StorageTransitionRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Devices) == 0 || len(req.Devices) > 64 {
+		return errInvalid("devices: name 1..64 raw devices")
+	}
+	for _, d := range req.Devices {
+		if len(d) > 256 || len(d) < 6 || d[:5] != "/dev/" {
+			return errInvalid("device %q must be a /dev path (prefer /dev/disk/by-id)", d)
+		}
+	}
+	n, err := s.store.GetNode(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("node " + r.PathValue("id") + " not found")
+	}
+	if err != nil {
+		return err
+	}
+	if req.Apply && req.Confirm != n.Name {
+		return errInvalid("apply destroys data on %d devices: set confirm to the node name %q", len(req.Devices), n.Name)
+	}
+	if s.dispatch == nil {
+		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
+	}
+	taskID, err := s.dispatch.QueueTask(r.Context(), n.ID, task.TypeStorageTransit,
+		task.StorageTransition{Devices: req.Devices, To: "slice", Apply: req.Apply, Node: n.Name}, 30*time.Minute)
+	if err != nil {
+		return err
+	}
+	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		return tx.Audit(r.Context(), audit(r, p, "node.storage_transition", "node", n.ID, map[string]any{"task_id": taskID, "devices": req.Devices, "apply": req.Apply}))
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
+	return nil
+}
+
+func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req struct {
+		Apply bool `json:"apply"`
+	}
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	slots, err := s.store.ListSlots(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	var slot *apiv1.Slot
+	for i := range slots {
+		if fmt.Sprint(slots[i].SlotIndex) == r.PathValue("index") {
+			slot = &slots[i]
+		}
+	}
+	if slot == nil {
+		return errNotFound("no slot " + r.PathValue("index") + " on this node")
+	}
+	if slot.Status != "cleanup_blocked" && slot.Status != "failed" {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots take a repair wipe", slot.SlotIndex, slot.Status), nil)
+	}
+	if s.dispatch == nil {
+		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
+	}
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: req.Apply}, 2*time.Hour)
+	if err != nil {
+		return err
+	}
+	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		return tx.Audit(r.Context(), audit(r, p, "slot.wipe_requested", "slot", slot.ID, map[string]any{"task_id": taskID, "device": slot.NVMeDevice, "apply": req.Apply}))
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
+	return nil
+}

@@ -538,3 +538,10 @@ type SlotApprove struct {
 	AllReady    bool  `json:"all_ready"`
 	DryRun      bool  `json:"dry_run"`
 }
+
+// StorageTransitionRequest asks a node's host to hand raw devices to slice ownership.
+type StorageTransitionRequest struct {
+	Devices []string `json:"devices"`
+	Apply   bool     `json:"apply"`
+	Confirm string   `json:"confirm,omitempty"` // the node name, required with apply
+}

@@ -34,7 +34,7 @@ func setup(f *Factory) (Config, *client.Client, error) {
 func NewCmdNodes(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "nodes", Short: "Register, inspect and drain GPU nodes (admin)"}
 	cmd.AddCommand(newCmdNodesAdd(f), newCmdNodesList(f), newCmdNodesShow(f), newCmdNodesDrain(f, true), newCmdNodesDrain(f, false),
-		newCmdNodesBootstrapToken(f))
+		newCmdNodesBootstrapToken(f), newCmdNodesStorageTransition(f))
 	return cmd
 }
 
@@ -184,7 +184,7 @@ func newCmdNodesDrain(f *Factory, drain bool) *cobra.Command {
 // NewCmdSlots is `gpuaasctl slots`.
 func NewCmdSlots(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "slots", Short: "Inspect and approve a node's slot map (admin)"}
-	cmd.AddCommand(newCmdSlotsList(f), newCmdSlotsApply(f), newCmdSlotsEnable(f, false), newCmdSlotsEnable(f, true), newCmdSlotsApprove(f))
+	cmd.AddCommand(newCmdSlotsList(f), newCmdSlotsApply(f), newCmdSlotsEnable(f, false), newCmdSlotsEnable(f, true), newCmdSlotsApprove(f), newCmdSlotsWipe(f))
 	return cmd
 }
 
@@ -338,4 +338,96 @@ func newCmdNodesBootstrapToken(f *Factory) *cobra.Command {
 			return render(f.IO.Out, cfg.Output, bt, nil)
 		},
 	}
+}
+
+// waitTask polls a task until it is final and prints its output.
+func waitTask(f *Factory, id string) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Hour)
+	for time.Now().Before(deadline) {
+		tk, err := c.GetTask(ctxb(), id)
+		if err != nil {
+			return err
+		}
+		switch tk.Status {
+		case "succeeded", "failed", "refused", "expired":
+			fmt.Fprintf(f.IO.Out, "task %s %s\n%s\n", tk.ID, tk.Status, tk.Output)
+			if tk.Status != "succeeded" {
+				return fmt.Errorf("task %s: %s", tk.Status, tk.Error)
+			}
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond) // status poll interval
+	}
+	return fmt.Errorf("task %s did not finish", id)
+}
+
+func newCmdNodesStorageTransition(f *Factory) *cobra.Command {
+	var req apiv1.StorageTransitionRequest
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "storage-transition NODE --devices DEV,... [--apply --confirm NODE] [--wait]",
+		Short: "Hand a node's raw NVMe from host/share use to slice ownership (dry run unless --apply)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(req.Devices) == 0 {
+				return &FlagError{Err: fmt.Errorf("--devices is required")}
+			}
+			if req.Apply && req.Confirm != args[0] {
+				return &FlagError{Err: fmt.Errorf("--apply destroys data: confirm with --confirm %s", args[0])}
+			}
+			_, c, err := setup(f)
+			if err != nil {
+				return err
+			}
+			id, err := c.StorageTransition(ctxb(), args[0], req)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(f.IO.ErrOut, "queued task %s\n", id)
+			if wait {
+				return waitTask(f, id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&req.Devices, "devices", nil, "raw devices (/dev/disk/by-id/...)")
+	cmd.Flags().BoolVar(&req.Apply, "apply", false, "perform it (default: plan only)")
+	cmd.Flags().StringVar(&req.Confirm, "confirm", "", "the node name, required with --apply")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the host's report")
+	return cmd
+}
+
+func newCmdSlotsWipe(f *Factory) *cobra.Command {
+	var apply, wait bool
+	cmd := &cobra.Command{
+		Use:   "wipe NODE INDEX [--apply] [--wait]",
+		Short: "Repair a cleanup_blocked slot: wipe its disk and verify (dry run unless --apply)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(_ *cobra.Command, args []string) error {
+			idx, err := strconv.Atoi(args[1])
+			if err != nil || idx < 0 {
+				return &FlagError{Err: fmt.Errorf("INDEX must be a non-negative integer")}
+			}
+			_, c, err := setup(f)
+			if err != nil {
+				return err
+			}
+			id, err := c.WipeSlot(ctxb(), args[0], idx, apply)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(f.IO.ErrOut, "queued task %s\n", id)
+			if wait {
+				return waitTask(f, id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&apply, "apply", false, "perform the wipe")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the host's evidence")
+	return cmd
 }

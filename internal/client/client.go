@@ -402,3 +402,17 @@ func (c *Client) ApproveSlots(ctx context.Context, node string, req apiv1.SlotAp
 	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/slots/approve", nil, req, &out, nil)
 	return &out, err
 }
+
+// StorageTransition queues a storage transition on a node (dry run unless apply).
+func (c *Client) StorageTransition(ctx context.Context, node string, req apiv1.StorageTransitionRequest) (string, error) {
+	var out map[string]string
+	_, err := c.do(ctx, "POST", "/api/v1/admin/nodes/"+esc(node)+"/storage-transition", nil, req, &out, nil)
+	return out["task_id"], err
+}
+
+// WipeSlot queues a repair wipe + verify of a cleanup_blocked slot.
+func (c *Client) WipeSlot(ctx context.Context, node string, index int, apply bool) (string, error) {
+	var out map[string]string
+	_, err := c.do(ctx, "POST", fmt.Sprintf("/api/v1/admin/nodes/%s/slots/%d/wipe", esc(node), index), nil, map[string]bool{"apply": apply}, &out, nil)
+	return out["task_id"], err
+}

@@ -326,6 +326,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 	if tr.Type == string(task.TypeTopologyDiscover) && tr.Status == "succeeded" {
 		return d.applyDrift(ctx, tr)
 	}
+	if tr.Type == string(task.TypeWipeVerify) {
+		return d.applyRepair(ctx, tr)
+	}
 	if tr.AllocationID == "" {
 		return nil
 	}
@@ -439,5 +442,37 @@ func (d *Dispatcher) applyDrift(ctx context.Context, tr store.TaskRecord) error 
 			}
 		}
 		return nil
+	})
+}
+
+// applyRepair records a slot.wipe_verify result: verified proof returns the slot to service.
+func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error {
+	var p task.WipeVerify
+	if err := json.Unmarshal(tr.Payload, &p); err != nil || !p.Apply {
+		return err // a dry run changes nothing
+	}
+	var ev struct {
+		Verified bool   `json:"verified"`
+		Method   string `json:"method"`
+		Error    string `json:"error"`
+		Bytes    int64  `json:"bytes"`
+	}
+	_ = json.Unmarshal(tr.Output, &ev)
+	proof := alloc.WipeProof{Verified: ev.Verified && tr.Status == "succeeded", Method: ev.Method,
+		Evidence: fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes), Error: ev.Error}
+	if proof.Error == "" && tr.Status != "succeeded" {
+		proof.Error = tr.Error
+	}
+	err := d.alloc.RepairSlot(ctx, p.SlotID, proof)
+	if isConflict(err) {
+		d.log.Warn("wipe result for a slot not awaiting repair", "slot", p.SlotID, "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return d.st.InTx(ctx, func(tx *store.Tx) error {
+		return tx.Audit(ctx, store.AuditRecord{Actor: "node:" + tr.NodeID, ActorRole: "node", Action: "slot.wipe",
+			TargetKind: "slot", TargetID: p.SlotID, Details: map[string]any{"task_id": tr.ID, "evidence": json.RawMessage(tr.Output), "verified": proof.Verified}})
 	})
 }

@@ -315,3 +315,55 @@ func TestCrossReplicaWakeUp(t *testing.T) {
 		t.Fatal("replica A's poll was not woken by replica B's task")
 	}
 }
+
+// A slot blocked by an unverified wipe returns to service only through a verified repair wipe.
+func TestRepairWipeReturnsBlockedSlot(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(1)
+	env := w.poll(time.Second)
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.Release(w.ctx, w.tenant, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	rel := w.poll(time.Second)
+	// The host could not verify the wipe.
+	out, _ := json.Marshal(task.ReleaseOutput{Wiped: map[string]task.WipeProof{}})
+	if _, err := w.d.Result(w.ctx, w.node.ID, rel.TaskID, task.Result{Status: "failed", Output: out, Error: "wipe_verify: 1 non-zero region"}); err != nil {
+		t.Fatal(err)
+	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "cleanup_blocked" {
+		t.Fatalf("slot after failed wipe = %s", slots[0].Status)
+	}
+	repair := func(verified bool) string {
+		id, err := w.d.QueueTask(w.ctx, w.node.ID, task.TypeWipeVerify, task.WipeVerify{SlotID: slots[0].ID, Device: slots[0].NVMeDevice, Apply: true}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := w.poll(time.Second)
+		if env == nil || env.TaskID != id {
+			t.Fatalf("repair task not delivered: %+v", env)
+		}
+		st := "succeeded"
+		if !verified {
+			st = "failed"
+		}
+		out, _ := json.Marshal(map[string]any{"verified": verified, "method": "wipefs+blkdiscard-zeroout", "bytes": 1 << 30})
+		if _, err := w.d.Result(w.ctx, w.node.ID, id, task.Result{Status: st, Output: out}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := w.st.ListSlots(w.ctx, w.node.ID)
+		return got[0].Status
+	}
+	if st := repair(false); st != "cleanup_blocked" {
+		t.Fatalf("after unverified repair: %s", st)
+	}
+	if st := repair(true); st != "available" {
+		t.Fatalf("after verified repair: %s", st)
+	}
+}

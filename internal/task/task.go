@@ -24,6 +24,7 @@ const (
 	TypeReconcile        Type = "slice.reconcile"
 	TypeTerminalOpen     Type = "terminal.open"
 	TypePrereqCheck      Type = "host.prereq_check"
+	TypeWipeVerify       Type = "slot.wipe_verify"
 )
 
 // Known reports whether t is a task type this build understands.
@@ -93,8 +94,16 @@ type TopologyDiscover struct {
 // StorageTransition is the payload of slice.storage_transition.
 type StorageTransition struct {
 	Devices []string `json:"devices"` // /dev/disk/by-id paths
-	To      string   `json:"to"`      // slice | host_share
+	To      string   `json:"to"`      // slice
 	Apply   bool     `json:"apply"`   // false = dry run
+	Node    string   `json:"node"`    // the node name: the host's confirmation for apply
+}
+
+// WipeVerify is the payload of slot.wipe_verify: erase one slot's disk and prove it.
+type WipeVerify struct {
+	SlotID string `json:"slot_id"`
+	Device string `json:"device"` // /dev/disk/by-id path
+	Apply  bool   `json:"apply"`
 }
 
 // Reconcile is the payload of slice.reconcile.
@@ -123,6 +132,7 @@ var payloadTypes = map[Type]func() any{
 	TypeReconcile:        func() any { return &Reconcile{} },
 	TypeTerminalOpen:     func() any { return &TerminalOpen{} },
 	TypePrereqCheck:      func() any { return &PrereqCheck{} },
+	TypeWipeVerify:       func() any { return &WipeVerify{} },
 }
 
 // DecodePayload decodes an envelope's payload into the type's struct, rejecting unknown
