@@ -355,6 +355,12 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 			// return only with proof.
 			err = d.alloc.CleanupFailed(ctx, tr.AllocationID, proofs)
 		}
+		if err == nil && len(out.Wiped) > 0 {
+			err = d.st.InTx(ctx, func(tx *store.Tx) error {
+				return tx.Audit(ctx, store.AuditRecord{Actor: "node:" + tr.NodeID, ActorRole: "node", Action: "slot.wipe",
+					TargetKind: "allocation", TargetID: tr.AllocationID, Details: map[string]any{"task_id": tr.ID, "wiped": out.Wiped, "simulated": out.Simulated}})
+			})
+		}
 	}
 	if isConflict(err) {
 		d.log.Warn("task result does not match allocation state", "task", tr.ID, "allocation", tr.AllocationID, "err", err)
