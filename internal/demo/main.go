@@ -30,7 +30,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/client"
-	"github.com/gpuaas/gpuaas/internal/fixtures"
+	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
 
 func main() {
@@ -151,7 +151,7 @@ func run() error {
 		return err
 	}
 
-	d.say("Register an 8x H200 node and review its slot map (dry run), then approve it")
+	d.say("Register an 8x H200 node: the response carries its one-time bootstrap token")
 	out, err = d.ctl("nodes", "add", "h200-demo-01", "--region", "lab", "--sku", "h200-sxm-baremetal-8g",
 		"--slice-sku", "h200-sxm-slice", "--profile-tag", "gpuaas-profile-slice-vm", "--hardware-tag", "gpu-nvidia-h200", "-o", "json")
 	if err != nil {
@@ -161,20 +161,7 @@ func run() error {
 	if err := json.Unmarshal(out, &node); err != nil || node.BootstrapToken == "" {
 		return fmt.Errorf("node json without bootstrap_token: %v", err)
 	}
-	slotsFile := filepath.Join(dir, "h200-demo-01.slots.yaml")
-	if err := writeYAML(slotsFile, map[string]any{"slots": fixtures.H200SlotMap(1)}); err != nil {
-		return err
-	}
-	fmt.Printf("(slot map: %s — the j22u05 PCI shape of seed 004: 2 NUMA groups x 4 GPU+VF+NVMe bundles)\n", slotsFile)
-	if _, err := d.ctl("slots", "apply", "h200-demo-01", "-f", slotsFile, "--dry-run"); err != nil {
-		return err
-	}
-	if _, err := d.ctl("slots", "apply", "h200-demo-01", "-f", slotsFile); err != nil {
-		return err
-	}
-	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
-		return err
-	}
+	fmt.Printf("(bootstrap token %s…, one-time, expires %s)\n", node.BootstrapToken[:12], node.BootstrapTokenExpiresAt.Format(time.RFC3339))
 
 	d.say("Enroll the host daemon with the node's one-time bootstrap token, then run it (sim runtime)")
 	hostdCfg := filepath.Join(dir, "hostd", "hostd.yaml")
@@ -189,21 +176,19 @@ func run() error {
 		return err
 	}
 	defer hlog.Close()
-	// A fixture host root: the seam hostd reads host facts and firmware evidence through.
-	for path, content := range map[string]string{
-		"proc/sys/kernel/hostname":                      "h200-demo-01\n",
-		"proc/sys/kernel/osrelease":                     "6.8.0-gpuaas-fixture\n",
-		"proc/meminfo":                                  "MemTotal:       2113878016 kB\n",
-		"var/lib/gpuaas/firmware-profile/evidence.json": `{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`,
-	} {
-		p := filepath.Join(hostRoot, path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			return err
-		}
+	// A fixture host root (FAKE boundary: no real GPU/NVMe/IB here): a generated sysfs tree
+	// of an 8x H200 host (seed 004's PCI map), read by hostd through its host seam.
+	if err := fixture.Write(hostRoot, fixture.H200()); err != nil {
+		return err
 	}
+	evidence := filepath.Join(hostRoot, "var/lib/gpuaas/firmware-profile/evidence.json")
+	if err := os.MkdirAll(filepath.Dir(evidence), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(evidence, []byte(`{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("(host root %s: a generated 8x H200 sysfs tree — the fake boundary for hardware this machine lacks)\n", hostRoot)
 	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), "run", "--config", hostdCfg, "--heartbeat", "2s", "--sim-phase-delay", "100ms")
 	hostd.Stdout, hostd.Stderr = hlog, hlog
 	fmt.Printf("$ gpuaas-hostd run --config %s &\n", hostdCfg)
@@ -230,6 +215,17 @@ func run() error {
 		return err == nil && n.LastHeartbeatAt != nil, nil
 	}); err != nil {
 		return fmt.Errorf("host daemon never reported a heartbeat: %w", err)
+	}
+
+	d.say("Discover the host's topology through a signed task, review the candidates, approve them")
+	if _, err := d.ctl("topology", "discover", "h200-demo-01", "--wait"); err != nil {
+		return err
+	}
+	if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--dry-run"); err != nil {
+		return err
+	}
+	if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--yes"); err != nil {
+		return err
 	}
 	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
 		return err
