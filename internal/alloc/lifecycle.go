@@ -56,9 +56,8 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	}
 	for i := len(tasks) - 1; i >= 0; i-- { // oldest first
 		tr := tasks[i]
-		at := apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt, Error: tr.Error, CreatedAt: tr.CreatedAt}
-		_ = json.Unmarshal(tr.Phases, &at.Phases)
-		out.Tasks = append(out.Tasks, at)
+		out.Tasks = append(out.Tasks, apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt,
+			Error: tr.Error, CreatedAt: tr.CreatedAt, Phases: tr.Phases})
 	}
 	return out, nil
 }

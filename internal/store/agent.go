@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
 // ErrTokenSpent is a bootstrap token that was already used or has expired.
@@ -52,32 +54,25 @@ func (s *Store) CredentialNode(ctx context.Context, serial string) (string, erro
 	return nodeID, translate(err)
 }
 
-// TaskRecord is a node_tasks row.
-type TaskRecord struct {
-	ID             string          `json:"id"`
-	NodeID         string          `json:"node_id"`
-	AllocationID   string          `json:"allocation_id,omitempty"`
-	Type           string          `json:"type"`
-	Payload        json.RawMessage `json:"payload"`
-	Status         string          `json:"status"`
-	Attempt        int             `json:"attempt"`
-	MaxAttempts    int             `json:"max_attempts"`
-	NotAfter       time.Time       `json:"not_after"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
-	Output         json.RawMessage `json:"output,omitempty"`
-	Phases         json.RawMessage `json:"phases"`
-	Error          string          `json:"error,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
-}
+// TaskRecord is a node_tasks row; it is the admin API's task type.
+type TaskRecord = apiv1.Task
 
 const taskColumns = `id::text, node_id::text, coalesce(allocation_id::text, ''), type, payload, status, attempt, max_attempts,
 	not_after, lease_expires_at, output, phases, error, created_at, updated_at, completed_at`
 
 func scanTask(r pgx.Row, t *TaskRecord) error {
-	return r.Scan(&t.ID, &t.NodeID, &t.AllocationID, &t.Type, &t.Payload, &t.Status, &t.Attempt, &t.MaxAttempts,
-		&t.NotAfter, &t.LeaseExpiresAt, &t.Output, &t.Phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt)
+	var phases []byte
+	if err := r.Scan(&t.ID, &t.NodeID, &t.AllocationID, &t.Type, &t.Payload, &t.Status, &t.Attempt, &t.MaxAttempts,
+		&t.NotAfter, &t.LeaseExpiresAt, &t.Output, &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt); err != nil {
+		return err
+	}
+	t.Phases = []apiv1.TaskPhase{}
+	if len(phases) > 0 {
+		if err := json.Unmarshal(phases, &t.Phases); err != nil {
+			return fmt.Errorf("task %s phases: %w", t.ID, err)
+		}
+	}
+	return nil
 }
 
 // NewTask is a task to queue.
