@@ -1,0 +1,165 @@
+// Package cloudinit renders a slice VM's NoCloud seed — user-data, meta-data and
+// network-config — and writes the seed ISO (ISO 9660, volume id "cidata") itself, so hosts
+// need no cloud-localds. Inputs are validated: an SSH key or hostname cannot inject YAML.
+package cloudinit
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/kdomanski/iso9660"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/ssh"
+)
+
+// Seed describes one slice VM's first boot.
+type Seed struct {
+	InstanceID    string   // the allocation id
+	Hostname      string   // e.g. gpuaas-<short id>
+	Username      string   // the image's default user
+	SSHPublicKeys []string // tenant keys, OpenSSH authorized_keys lines
+	TerminalKey   string   // the host relay's public key (gpuaas terminal)
+	MAC           string   // boot NIC MAC
+	IP            string   // private IP (DHCP reservation; also written for reference)
+	// TelemetryToken is the per-allocation token the guest helper uses.
+	TelemetryToken string
+	ReadyMarker    string // file the guest writes when boot finished (default /var/lib/gpuaas/slice-ready)
+}
+
+var (
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	idRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+)
+
+// Validate checks every field that ends up in the seed.
+func (s Seed) Validate() error {
+	if !idRE.MatchString(s.InstanceID) {
+		return fmt.Errorf("cloudinit: instance id %q is not a safe identifier", s.InstanceID)
+	}
+	if !hostnameRE.MatchString(s.Hostname) {
+		return fmt.Errorf("cloudinit: hostname %q is not a valid DNS label", s.Hostname)
+	}
+	if !userRE.MatchString(s.Username) {
+		return fmt.Errorf("cloudinit: username %q is not a valid login name", s.Username)
+	}
+	if !macRE.MatchString(s.MAC) {
+		return fmt.Errorf("cloudinit: MAC %q must be lowercase aa:bb:cc:dd:ee:ff", s.MAC)
+	}
+	keys := append(append([]string{}, s.SSHPublicKeys...), s.TerminalKey)
+	for i, k := range keys {
+		if k == "" && i == len(keys)-1 {
+			continue // no terminal key is allowed (terminal disabled)
+		}
+		if strings.ContainsAny(k, "\r\n") {
+			return fmt.Errorf("cloudinit: ssh key %d spans lines", i)
+		}
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil {
+			return fmt.Errorf("cloudinit: ssh key %d: %w", i, err)
+		}
+	}
+	if s.TelemetryToken != "" && !idRE.MatchString(s.TelemetryToken) {
+		return fmt.Errorf("cloudinit: telemetry token is not a safe token")
+	}
+	return nil
+}
+
+// Files are the rendered NoCloud documents.
+type Files struct {
+	UserData      []byte
+	MetaData      []byte
+	NetworkConfig []byte
+}
+
+// Render produces user-data (#cloud-config), meta-data and network-config (v2). YAML is
+// produced by a marshaller, never by string pasting, so values cannot inject keys.
+func Render(s Seed) (Files, error) {
+	if err := s.Validate(); err != nil {
+		return Files{}, err
+	}
+	marker := s.ReadyMarker
+	if marker == "" {
+		marker = "/var/lib/gpuaas/slice-ready"
+	}
+	keys := append([]string{}, s.SSHPublicKeys...)
+	if s.TerminalKey != "" {
+		keys = append(keys, s.TerminalKey)
+	}
+	user := map[string]any{
+		"name": s.Username, "groups": []string{"sudo"}, "shell": "/bin/bash",
+		"sudo": "ALL=(ALL) NOPASSWD:ALL", "lock_passwd": true, "ssh_authorized_keys": keys,
+	}
+	cfg := map[string]any{
+		"hostname":          s.Hostname,
+		"preserve_hostname": false,
+		"users":             []any{"default", user},
+		"ssh_pwauth":        false,
+		"disable_root":      true,
+		"write_files": []any{map[string]any{
+			"path": "/etc/gpuaas/instance.env", "permissions": "0600", "owner": "root:root",
+			"content": fmt.Sprintf("GPUAAS_INSTANCE_ID=%s\nGPUAAS_TELEMETRY_TOKEN=%s\n", s.InstanceID, s.TelemetryToken),
+		}},
+		"runcmd": []any{[]string{"sh", "-c", "mkdir -p " + filepath.Dir(marker) + " && date -u +%FT%TZ > " + marker}},
+	}
+	ud, err := yaml.Marshal(cfg)
+	if err != nil {
+		return Files{}, err
+	}
+	md, err := yaml.Marshal(map[string]any{"instance-id": s.InstanceID, "local-hostname": s.Hostname})
+	if err != nil {
+		return Files{}, err
+	}
+	nc, err := yaml.Marshal(map[string]any{"version": 2, "ethernets": map[string]any{
+		"eth0": map[string]any{"match": map[string]string{"macaddress": s.MAC}, "set-name": "eth0", "dhcp4": true},
+	}})
+	if err != nil {
+		return Files{}, err
+	}
+	return Files{UserData: append([]byte("#cloud-config\n"), ud...), MetaData: md, NetworkConfig: nc}, nil
+}
+
+// WriteSeedDir writes the three documents (0600) into dir, created 0700.
+func WriteSeedDir(dir string, f Files) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for name, b := range map[string][]byte{"user-data": f.UserData, "meta-data": f.MetaData, "network-config": f.NetworkConfig} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteISO writes the NoCloud seed ISO (volume id "cidata") to path (0644: QEMU reads it).
+func WriteISO(path string, f Files) error {
+	w, err := iso9660.NewWriter()
+	if err != nil {
+		return fmt.Errorf("cloudinit: iso: %w", err)
+	}
+	defer w.Cleanup() //nolint:errcheck // temp staging only
+	for name, b := range map[string][]byte{"user-data": f.UserData, "meta-data": f.MetaData, "network-config": f.NetworkConfig} {
+		if err := w.AddFile(bytes.NewReader(b), name); err != nil {
+			return fmt.Errorf("cloudinit: iso: %w", err)
+		}
+	}
+	tmp := path + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := w.WriteTo(out, "cidata"); err != nil {
+		out.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("cloudinit: iso: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
