@@ -39,6 +39,9 @@ type Spec struct {
 	// LabOffloadOff turns NIC checksum/segmentation offloads off (LAB.md: OVS netdev
 	// datapath drops DHCP and TCP otherwise).
 	LabOffloadOff bool
+	// PinCPUs are host CPUs for vCPU i (len == VCPUs), derived from the slots' NUMA CPU
+	// lists by PinFromCPUList; empty = no pinning.
+	PinCPUs []int
 }
 
 var (
@@ -59,6 +62,7 @@ type domain struct {
 	NUMATune      *numaTune      `xml:"numatune,omitempty"`
 	OS            osXML          `xml:"os"`
 	Features      features       `xml:"features"`
+	CPUTune       *cpuTune       `xml:"cputune,omitempty"`
 	CPU           *cpuXML        `xml:"cpu,omitempty"`
 	OnPoweroff    string         `xml:"on_poweroff"`
 	OnReboot      string         `xml:"on_reboot"`
@@ -109,8 +113,19 @@ type features struct {
 	APIC *struct{} `xml:"apic"`
 }
 type cpuXML struct {
-	Mode  string `xml:"mode,attr"`
-	Check string `xml:"check,attr,omitempty"`
+	Mode  string    `xml:"mode,attr"`
+	Check string    `xml:"check,attr,omitempty"`
+	Cache *cacheXML `xml:"cache,omitempty"`
+}
+type cacheXML struct {
+	Mode string `xml:"mode,attr"`
+}
+type cpuTune struct {
+	Pins []vcpuPin `xml:"vcpupin"`
+}
+type vcpuPin struct {
+	VCPU   int    `xml:"vcpu,attr"`
+	CPUSet string `xml:"cpuset,attr"`
 }
 type devices struct {
 	Controllers []controller `xml:"controller"`
@@ -239,9 +254,18 @@ func Build(s Spec) ([]byte, error) {
 	}
 	d := domain{Type: "kvm", Name: s.Name, UUID: s.UUID, Memory: unitValue{"MiB", s.MemoryMiB},
 		VCPU: vcpu{"static", s.VCPUs}, OnPoweroff: "destroy", OnReboot: "restart", OnCrash: "destroy",
-		CPU: &cpuXML{Mode: "host-passthrough", Check: "none"}, Features: features{ACPI: &struct{}{}, APIC: &struct{}{}}}
+		CPU: &cpuXML{Mode: "host-passthrough", Check: "none", Cache: &cacheXML{Mode: "passthrough"}}, Features: features{ACPI: &struct{}{}, APIC: &struct{}{}}}
 	if s.Emulated {
 		d.Type, d.CPU = "qemu", nil // no KVM here: software emulation, default CPU model
+	}
+	if len(s.PinCPUs) > 0 {
+		if len(s.PinCPUs) != s.VCPUs {
+			return nil, fmt.Errorf("domainxml: %d pinned CPUs for %d vCPUs", len(s.PinCPUs), s.VCPUs)
+		}
+		d.CPUTune = &cpuTune{}
+		for i, c := range s.PinCPUs {
+			d.CPUTune.Pins = append(d.CPUTune.Pins, vcpuPin{VCPU: i, CPUSet: strconv.Itoa(c)})
+		}
 	}
 	if s.Hugepages {
 		d.MemoryBacking = &memoryBacking{Hugepages: &struct{}{}}
@@ -312,4 +336,40 @@ func numaNodes(bs []Bundle) string {
 		}
 	}
 	return strings.Join(nodes, ",")
+}
+
+// PinFromCPUList picks n host CPUs from NUMA CPU lists (sysfs form "0-47,96-143"), in order,
+// taking from each slot's NUMA list in turn, so vCPUs land on the GPUs' NUMA nodes. It fails
+// when the lists hold fewer than n CPUs rather than over-subscribing silently.
+func PinFromCPUList(lists []string, n int) ([]int, error) {
+	seen := map[int]bool{}
+	var all []int
+	for _, l := range lists {
+		for _, part := range strings.Split(strings.TrimSpace(l), ",") {
+			if part == "" {
+				continue
+			}
+			lo, hi, isRange := strings.Cut(part, "-")
+			a, err := strconv.Atoi(lo)
+			if err != nil {
+				return nil, fmt.Errorf("domainxml: cpu list %q", l)
+			}
+			b := a
+			if isRange {
+				if b, err = strconv.Atoi(hi); err != nil || b < a {
+					return nil, fmt.Errorf("domainxml: cpu list %q", l)
+				}
+			}
+			for c := a; c <= b; c++ {
+				if !seen[c] {
+					seen[c] = true
+					all = append(all, c)
+				}
+			}
+		}
+	}
+	if len(all) < n {
+		return nil, fmt.Errorf("domainxml: %d vCPUs requested but the slots' NUMA nodes have %d CPUs", n, len(all))
+	}
+	return all[:n], nil
 }

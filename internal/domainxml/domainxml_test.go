@@ -1,6 +1,7 @@
 package domainxml
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,11 +41,20 @@ func validate(t *testing.T, x []byte) {
 }
 
 func TestProductionDomain(t *testing.T) {
-	x, err := Build(prod())
+	spec := prod()
+	pins, err := PinFromCPUList([]string{"0-23,96-119"}, 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.PinCPUs = pins
+	x, err := Build(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(x)
+	if !strings.Contains(s, `<vcpupin vcpu="0" cpuset="0">`) || !strings.Contains(s, `<vcpupin vcpu="47" cpuset="119">`) || !strings.Contains(s, `<cache mode="passthrough">`) {
+		t.Error("domain lacks NUMA-derived vCPU pinning or cache passthrough")
+	}
 	for _, want := range []string{`<domain type="kvm">`, `<memory unit="MiB">131072</memory>`, `<vcpu placement="static">48</vcpu>`,
 		`<cpu mode="host-passthrough"`, `<hugepages></hugepages>`, `nodeset="0"`, `secure="no"`,
 		`<address domain="0x0000" bus="0x1b" slot="0x00" function="0x0">`, `<address domain="0x0000" bus="0x3a" slot="0x00" function="0x2">`,
@@ -105,5 +115,18 @@ func TestBadSpecsRefused(t *testing.T) {
 	x, err := Build(s)
 	if err != nil || strings.Contains(string(x), "numatune") {
 		t.Fatalf("unknown NUMA: %v", err)
+	}
+}
+
+func TestPinFromCPUList(t *testing.T) {
+	got, err := PinFromCPUList([]string{"0-2,8", "4-5"}, 5)
+	if err != nil || fmt.Sprint(got) != "[0 1 2 8 4]" {
+		t.Fatalf("pins = %v %v", got, err)
+	}
+	if _, err := PinFromCPUList([]string{"0-3"}, 24); err == nil {
+		t.Fatal("over-subscription accepted")
+	}
+	if _, err := PinFromCPUList([]string{"3-1"}, 1); err == nil {
+		t.Fatal("bad range accepted")
 	}
 }
