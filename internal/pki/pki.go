@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -43,15 +44,20 @@ type InitOptions struct {
 
 // InitResult reports what Init did.
 type InitResult struct {
-	Created    []string
-	AdminToken string // set only when admin.token was created by this call
+	Created    []string // files written by this call; the others existed and were kept
+	AdminToken string   // set only when admin.token was created by this call
 }
 
 var defaultSANs = []string{"localhost", "127.0.0.1", "::1"}
 
-// Init creates whatever is missing in the state directory and keeps what exists. The server
-// certificate is re-issued from the existing CA when it is missing, lacks a requested name,
-// or expires within 30 days. The admin token is created once and never regenerated.
+// Init creates whatever is missing in the state directory and keeps what exists, so it is
+// safe to run on every start. The server certificate is re-issued from the existing CA when
+// it is missing, does not match server.key, lacks a requested name, or expires within 30
+// days; the names it already carried are kept. The admin token is created once and never
+// regenerated. Every file is written atomically, private halves first, so an interrupted
+// run is completed by the next one; a lone ca.crt or task-signing.pub (whose private key is
+// gone) is an error rather than silently replaced, since hosts trust them. Existing secret
+// files readable by group or others are refused.
 func Init(opts InitOptions) (InitResult, error) {
 	var res InitResult
 	if opts.Dir == "" {
@@ -62,23 +68,70 @@ func Init(opts InitOptions) (InitResult, error) {
 		now = opts.Now
 	}
 	p := Paths{Dir: opts.Dir}
+	sans, err := normalizeSANs(append(append([]string{}, defaultSANs...), opts.Hostnames...))
+	if err != nil {
+		return res, err
+	}
 	for _, d := range []string{opts.Dir, filepath.Join(opts.Dir, "tls"), filepath.Join(opts.Dir, "keys")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return res, fmt.Errorf("pki: %w", err)
 		}
 	}
 	// The state dir itself may need to be traversable (an embedded PostgreSQL running as
-	// another user lives under it); tls/ and keys/ stay 0700.
+	// another user lives under it), so an existing one is left as it is; tls/ and keys/ hold
+	// only this package's files and are always 0700.
+	for _, d := range []string{filepath.Join(opts.Dir, "tls"), filepath.Join(opts.Dir, "keys")} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			return res, fmt.Errorf("pki: %w", err)
+		}
+	}
 	for _, f := range []string{p.CAKey(), p.ServerKey(), p.SigningKey(), p.AdminToken()} {
 		if err := checkSecretMode(f); err != nil {
 			return res, err
 		}
 	}
 
-	ca, err := LoadCA(opts.Dir)
+	certExists, err := exists(p.CACert())
+	if err != nil {
+		return res, err
+	}
+	keyExists, err := exists(p.CAKey())
+	if err != nil {
+		return res, err
+	}
+	var ca *CA
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if ca, err = newCA(now()); err != nil {
+	case certExists && keyExists:
+		if ca, err = LoadCA(opts.Dir); err != nil {
+			return res, err
+		}
+	case certExists:
+		// Hosts trust this certificate; silently replacing it would cut them off.
+		return res, fmt.Errorf("pki: %s exists but %s is missing; restore the key, or remove both to create a new CA (enrolled hosts must then re-enroll)", p.CACert(), p.CAKey())
+	case keyExists:
+		// The key is written before the certificate, so this is an interrupted first run:
+		// keep the key and sign a certificate for it.
+		keyPEM, err := os.ReadFile(p.CAKey())
+		if err != nil {
+			return res, err
+		}
+		key, err := parseKey(keyPEM)
+		if err != nil {
+			return res, fmt.Errorf("pki: %s: %w", p.CAKey(), err)
+		}
+		if ca, err = newCA(key, now()); err != nil {
+			return res, err
+		}
+		if err := WriteFileAtomic(p.CACert(), ca.CertPEM, 0o644); err != nil {
+			return res, err
+		}
+		res.Created = append(res.Created, p.CACert())
+	default:
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return res, err
+		}
+		if ca, err = newCA(key, now()); err != nil {
 			return res, err
 		}
 		keyPEM, err := marshalKey(ca.Key)
@@ -93,13 +146,16 @@ func Init(opts InitOptions) (InitResult, error) {
 		}
 		res.Created = append(res.Created, p.CACert(), p.CAKey())
 		_ = os.Remove(p.ServerCert()) // a new CA invalidates any old server cert
-	case err != nil:
-		return res, err
 	}
 
-	sans := append(append([]string{}, defaultSANs...), opts.Hostnames...)
-	if needServerCert(p, ca, sans, now()) {
-		certPEM, keyPEM, err := ca.issueServer(sans, now())
+	if reissue, keep := needServerCert(p, ca, sans, now()); reissue {
+		// Names the current certificate already carries are kept, so a later run without
+		// --hostname (serve renewing an expiring certificate) does not drop them.
+		all, err := normalizeSANs(append(sans, keep...))
+		if err != nil {
+			return res, err
+		}
+		certPEM, keyPEM, err := ca.issueServer(all, now())
 		if err != nil {
 			return res, err
 		}
@@ -112,29 +168,11 @@ func Init(opts InitOptions) (InitResult, error) {
 		res.Created = append(res.Created, p.ServerCert(), p.ServerKey())
 	}
 
-	if _, err := os.Stat(p.SigningKey()); errors.Is(err, os.ErrNotExist) {
-		pub, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return res, err
-		}
-		privDER, err := x509.MarshalPKCS8PrivateKey(priv)
-		if err != nil {
-			return res, err
-		}
-		pubDER, err := x509.MarshalPKIXPublicKey(pub)
-		if err != nil {
-			return res, err
-		}
-		if err := WriteFileAtomic(p.SigningKey(), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-			return res, err
-		}
-		if err := WriteFileAtomic(p.SigningPub(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-			return res, err
-		}
-		res.Created = append(res.Created, p.SigningKey(), p.SigningPub())
-	} else if err != nil {
+	created, err := initSigningKey(p)
+	if err != nil {
 		return res, err
 	}
+	res.Created = append(res.Created, created...)
 
 	if _, err := os.Stat(p.AdminToken()); errors.Is(err, os.ErrNotExist) {
 		tok, err := NewToken("gpa")
@@ -150,6 +188,92 @@ func Init(opts InitOptions) (InitResult, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// initSigningKey creates the task-signing key pair, or only the public half when an
+// interrupted run left the private key alone (the key is written first).
+func initSigningKey(p Paths) ([]string, error) {
+	keyExists, err := exists(p.SigningKey())
+	if err != nil {
+		return nil, err
+	}
+	pubExists, err := exists(p.SigningPub())
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	var priv ed25519.PrivateKey
+	switch {
+	case keyExists && pubExists:
+		return nil, nil
+	case keyExists:
+		if priv, err = LoadSigningKey(p.Dir); err != nil {
+			return nil, err
+		}
+	case pubExists:
+		// Hosts verify tasks with this public key; replacing it must be a deliberate act.
+		return nil, fmt.Errorf("pki: %s exists but %s is missing; restore the key, or remove %s to create a new one (hosts must then be given the new public key)", p.SigningPub(), p.SigningKey(), p.SigningPub())
+	default:
+		if _, priv, err = ed25519.GenerateKey(rand.Reader); err != nil {
+			return nil, err
+		}
+		privDER, err := x509.MarshalPKCS8PrivateKey(priv)
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteFileAtomic(p.SigningKey(), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
+			return nil, err
+		}
+		created = append(created, p.SigningKey())
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteFileAtomic(p.SigningPub(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		return nil, err
+	}
+	return append(created, p.SigningPub()), nil
+}
+
+func exists(path string) (bool, error) {
+	_, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pki: %w", err)
+	}
+	return true, nil
+}
+
+// normalizeSANs trims, lower-cases DNS names, strips [brackets] from IPv6 literals, drops
+// empties and duplicates, and rejects what cannot be a certificate name (host:port, URLs).
+func normalizeSANs(in []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range in {
+		s = strings.TrimSpace(s)
+		if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+			s = s[1 : len(s)-1]
+		}
+		if s == "" {
+			continue
+		}
+		if ip := net.ParseIP(s); ip != nil {
+			s = ip.String()
+		} else {
+			s = strings.ToLower(strings.TrimSuffix(s, "."))
+			if strings.ContainsAny(s, ":/@ \t") {
+				return nil, fmt.Errorf("pki: %q is not a DNS name or IP address (give a bare host name, without port or scheme)", s)
+			}
+		}
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 func checkSecretMode(path string) error {
@@ -177,11 +301,7 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 }
 
-func newCA(now time.Time) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
+func newCA(key crypto.Signer, now time.Time) (*CA, error) {
 	sn, err := serial()
 	if err != nil {
 		return nil, err
@@ -197,7 +317,7 @@ func newCA(now time.Time) (*CA, error) {
 		MaxPathLenZero:        true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, fmt.Errorf("pki: create CA: %w", err)
 	}
@@ -229,6 +349,12 @@ func LoadCA(dir string) (*CA, error) {
 	key, err := parseKey(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("pki: %s: %w", p.CAKey(), err)
+	}
+	if !cert.IsCA {
+		return nil, fmt.Errorf("pki: %s is not a CA certificate", p.CACert())
+	}
+	if pk, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(cert.PublicKey) {
+		return nil, fmt.Errorf("pki: %s does not match %s", p.CAKey(), p.CACert())
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM}, nil
 }
@@ -268,10 +394,19 @@ func (ca *CA) issueServer(sans []string, now time.Time) (certPEM, keyPEM []byte,
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, nil
 }
 
-// IssueClientCert signs a client-auth certificate for pub with CommonName cn.
+// IssueClientCert signs a client-auth certificate (ExtKeyUsageClientAuth) for pub with
+// CommonName cn, valid from now (less 5 minutes of clock skew) for ttl, but never past the
+// CA's own expiry. It returns the certificate as PEM.
 func (ca *CA) IssueClientCert(pub crypto.PublicKey, cn string, ttl time.Duration, now time.Time) ([]byte, error) {
 	if cn == "" || ttl <= 0 {
 		return nil, errors.New("pki: client cert needs a common name and a positive ttl")
+	}
+	notAfter := now.Add(ttl)
+	if notAfter.After(ca.Cert.NotAfter) {
+		notAfter = ca.Cert.NotAfter
+	}
+	if !notAfter.After(now) {
+		return nil, fmt.Errorf("pki: the CA expired at %s", ca.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
 	sn, err := serial()
 	if err != nil {
@@ -281,7 +416,7 @@ func (ca *CA) IssueClientCert(pub crypto.PublicKey, cn string, ttl time.Duration
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(ttl),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
@@ -292,28 +427,59 @@ func (ca *CA) IssueClientCert(pub crypto.PublicKey, cn string, ttl time.Duration
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-func needServerCert(p Paths, ca *CA, sans []string, now time.Time) bool {
+// IssueClientCertFromCSR checks a PEM "CERTIFICATE REQUEST" (its self-signature proves the
+// requester holds the private key) and certifies its public key. The CSR's subject is
+// ignored: cn is what the caller has authenticated.
+func (ca *CA) IssueClientCertFromCSR(csrPEM []byte, cn string, ttl time.Duration, now time.Time) ([]byte, error) {
+	blk, _ := pem.Decode(csrPEM)
+	if blk == nil || blk.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("pki: no PEM \"CERTIFICATE REQUEST\" block")
+	}
+	csr, err := x509.ParseCertificateRequest(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("pki: certificate request signature: %w", err)
+	}
+	return ca.IssueClientCert(csr.PublicKey, cn, ttl, now)
+}
+
+// renewBefore is how long before expiry Init re-issues the server certificate.
+const renewBefore = 30 * 24 * time.Hour
+
+// needServerCert reports whether the server certificate must be (re-)issued, and the names
+// the current one carries when it is still a certificate of this CA.
+func needServerCert(p Paths, ca *CA, sans []string, now time.Time) (bool, []string) {
 	b, err := os.ReadFile(p.ServerCert())
 	if err != nil {
-		return true
-	}
-	if _, err := os.Stat(p.ServerKey()); err != nil {
-		return true
+		return true, nil
 	}
 	cert, err := parseCert(b)
-	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil || now.Add(30*24*time.Hour).After(cert.NotAfter) {
-		return true
+	if err != nil || cert.CheckSignatureFrom(ca.Cert) != nil {
+		return true, nil
+	}
+	keep := slices.Clone(cert.DNSNames)
+	for _, ip := range cert.IPAddresses {
+		keep = append(keep, ip.String())
+	}
+	// A crash between writing server.key and server.crt leaves a mismatched pair.
+	if _, err := tls.LoadX509KeyPair(p.ServerCert(), p.ServerKey()); err != nil {
+		return true, keep
+	}
+	if now.Add(renewBefore).After(cert.NotAfter) {
+		return true, keep
 	}
 	for _, s := range sans {
 		if ip := net.ParseIP(s); ip != nil {
 			if !slices.ContainsFunc(cert.IPAddresses, func(c net.IP) bool { return c.Equal(ip) }) {
-				return true
+				return true, keep
 			}
-		} else if s != "" && !slices.Contains(cert.DNSNames, s) {
-			return true
+		} else if !slices.Contains(cert.DNSNames, s) {
+			return true, keep
 		}
 	}
-	return false
+	return false, nil
 }
 
 func marshalKey(k crypto.Signer) ([]byte, error) {
