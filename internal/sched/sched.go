@@ -2,6 +2,10 @@
 // passed every database filter, grouped by node, with each node's NUMA topology), a full
 // ranked list of same-node choices out, deterministic for the same input in any order. The
 // controller locks the first choice it can and falls back down the list when it loses a race.
+//
+// Ranking, best first: one NUMA group over spanning groups; nodes already in slice mode over
+// clean nodes; already-fragmented groups over clean ones; best fit in the group, then on the
+// node; fewest groups; lowest first slot index; node name; node id.
 package sched
 
 import (
@@ -15,17 +19,38 @@ type Policy string
 
 // Policies.
 const (
-	PolicyAny           Policy = "any"
+	// PolicyAny takes any healthy slots on one node.
+	PolicyAny Policy = "any"
+	// PolicyNUMAPreferred takes one NUMA group when the node has one that fits, else spans
+	// groups on the node.
 	PolicyNUMAPreferred Policy = "numa_preferred"
-	PolicyNUMARequired  Policy = "numa_required"
-	PolicyFullHost      Policy = "full_host"
+	// PolicyNUMARequired takes all slots from one NUMA group.
+	PolicyNUMARequired Policy = "numa_required"
+	// PolicyFullHost takes every approved slot of a node that has exactly N approved slots,
+	// all of them free.
+	PolicyFullHost Policy = "full_host"
 )
 
-// DefaultPolicy is the H200 v1 policy: 1 any, 2 NUMA-preferred, 4 NUMA-required, 8 full host.
+// Outcome.Reason values when nothing fits.
+const (
+	ReasonNoCapacity         = "no_capacity"
+	ReasonTopologyFragmented = "topology_fragmented"
+	ReasonInvalidRequest     = "invalid_request"
+)
+
+const (
+	unknownNUMA         = -1
+	maxExplainedChoices = 3
+)
+
+// DefaultPolicy is the H200 v1 policy: 1 any, 2 NUMA-preferred, 4 NUMA-required, 8 full host,
+// any other count NUMA-preferred.
 func DefaultPolicy(gpus int) Policy {
 	switch gpus {
 	case 1:
 		return PolicyAny
+	case 2:
+		return PolicyNUMAPreferred
 	case 4:
 		return PolicyNUMARequired
 	case 8:
@@ -39,216 +64,421 @@ func DefaultPolicy(gpus int) Policy {
 type Slot struct {
 	ID        string
 	SlotIndex int
-	NUMANode  int // -1 = unknown
+	NUMANode  int // -1 (any negative) = unknown
 }
 
 // Node is a candidate node with its free candidate slots and topology.
 type Node struct {
-	ID            string
-	Name          string
-	FreeSlots     []Slot
-	GroupSize     map[int]int // NUMA node -> approved slots (any status)
-	ApprovedSlots int
-	ClaimedSlots  int // live slot claims: > 0 means the node is in slice mode
+	ID        string
+	Name      string
+	FreeSlots []Slot // candidate slots on this node that passed every filter
+	// Topology of all approved gpu_slice slots of the node (any status), to judge
+	// fragmentation.
+	GroupSize     map[int]int // NUMA node -> approved slots in that group
+	ApprovedSlots int         // approved gpu_slice slots on the node
+	ClaimedSlots  int         // slots held by live claims: > 0 means the node is in slice mode
 }
 
 // Request asks for GPUs slots on one node.
 type Request struct {
 	GPUs   int
-	Policy Policy
+	Policy Policy // "" -> DefaultPolicy(GPUs)
 }
 
 // Choice is one ranked placement.
 type Choice struct {
 	NodeID          string
 	NodeName        string
-	SlotIDs         []string
-	SlotIndexes     []int
-	NUMANodes       []int
+	SlotIDs         []string // sorted by SlotIndex
+	SlotIndexes     []int    // ascending
+	NUMANodes       []int    // distinct NUMA groups used, ascending (-1 = unknown)
 	SingleNUMA      bool
 	NodeInSliceMode bool
-	GroupFragmented bool
-	GroupRemainder  int
-	NodeRemainder   int
+	GroupFragmented bool // a chosen group already had claimed/unavailable slots before this pick
+	GroupRemainder  int  // free slots left in the chosen group(s) after the pick
+	NodeRemainder   int  // free slots left on the node after the pick
 	Reason          string
 }
 
 // Outcome is the ranked result, or a diagnosis when nothing fits.
 type Outcome struct {
-	Choices      []Choice
+	Choices []Choice // best first; empty when nothing fits
+	// Diagnosis when Choices is empty.
 	Reason       string // "", "no_capacity", "topology_fragmented" or "invalid_request"
-	FreeSlots    int
-	MaxNodeFree  int
-	MaxGroupFree int
+	FreeSlots    int    // candidate free slots over all nodes
+	MaxNodeFree  int    // most free candidate slots on one node
+	MaxGroupFree int    // most free candidate slots in one NUMA group (an unknown-NUMA slot is a group of one)
 	Message      string
 }
 
+// group is the free slots of one NUMA group of a node; every unknown-NUMA slot is a group
+// of its own.
 type group struct {
-	numa  int
-	size  int // approved slots in the group
-	slots []Slot
+	numa  int    // -1 = unknown
+	size  int    // approved slots in the group, at least len(slots)
+	slots []Slot // free, by slot index
 }
 
-// groupsOf splits a node's free slots into NUMA groups; unknown NUMA slots are singletons.
-func groupsOf(n Node) []group {
-	by := map[int][]Slot{}
-	var unknown []group
-	for _, s := range n.FreeSlots {
-		if s.NUMANode < 0 {
-			unknown = append(unknown, group{numa: -1, size: 1, slots: []Slot{s}})
-			continue
-		}
-		by[s.NUMANode] = append(by[s.NUMANode], s)
-	}
-	var out []group
-	for numa, ss := range by {
-		sort.Slice(ss, func(i, j int) bool { return ss[i].SlotIndex < ss[j].SlotIndex })
-		size := n.GroupSize[numa]
-		if size < len(ss) {
-			size = len(ss)
-		}
-		out = append(out, group{numa: numa, size: size, slots: ss})
-	}
-	sort.Slice(unknown, func(i, j int) bool { return unknown[i].slots[0].SlotIndex < unknown[j].slots[0].SlotIndex })
-	sort.Slice(out, func(i, j int) bool { return out[i].numa < out[j].numa })
-	return append(out, unknown...)
-}
-
+// fragmented reports whether something in the group is already used or unavailable. An
+// unknown-NUMA singleton is never fragmented: there is no group to judge.
 func (g group) fragmented() bool { return g.numa >= 0 && g.size > len(g.slots) }
 
-// PlaceSlice ranks every viable same-node placement for req.
+// groupsOf splits a node's free slots into NUMA groups ordered by NUMA id, unknown-NUMA
+// singletons last by slot index; each group's slots are ordered by slot index (then id).
+// It reuses the scratch buffers slotBuf and groupBuf (the result aliases them) and returns
+// them grown for the next call; the caller's FreeSlots are not modified.
+func groupsOf(n Node, slotBuf []Slot, groupBuf []group) ([]group, []Slot) {
+	ss := append(slotBuf[:0], n.FreeSlots...)
+	for i := range ss {
+		if ss[i].NUMANode < 0 {
+			ss[i].NUMANode = unknownNUMA
+		}
+	}
+	sort.Sort(byNUMAThenIndex(ss))
+	out := groupBuf[:0]
+	for i := 0; i < len(ss); {
+		j := i + 1
+		if ss[i].NUMANode >= 0 {
+			for j < len(ss) && ss[j].NUMANode == ss[i].NUMANode {
+				j++
+			}
+		}
+		g := group{numa: ss[i].NUMANode, slots: ss[i:j:j], size: j - i}
+		if g.numa >= 0 && n.GroupSize[g.numa] > g.size {
+			g.size = n.GroupSize[g.numa]
+		}
+		out = append(out, g)
+		i = j
+	}
+	return out, ss
+}
+
+// byNUMAThenIndex orders slots by NUMA node (unknown last), slot index, id.
+type byNUMAThenIndex []Slot
+
+func (s byNUMAThenIndex) Len() int      { return len(s) }
+func (s byNUMAThenIndex) Swap(i, j int) { s[i], s[j] = s[j], s[i] }
+func (s byNUMAThenIndex) Less(i, j int) bool {
+	a, b := s[i], s[j]
+	if (a.NUMANode < 0) != (b.NUMANode < 0) {
+		return b.NUMANode < 0
+	}
+	if a.NUMANode != b.NUMANode {
+		return a.NUMANode < b.NUMANode
+	}
+	return byIndex(s).Less(i, j)
+}
+
+// byIndex orders slots by slot index, then id.
+type byIndex []Slot
+
+func (s byIndex) Len() int      { return len(s) }
+func (s byIndex) Swap(i, j int) { s[i], s[j] = s[j], s[i] }
+func (s byIndex) Less(i, j int) bool {
+	if s[i].SlotIndex != s[j].SlotIndex {
+		return s[i].SlotIndex < s[j].SlotIndex
+	}
+	return s[i].ID < s[j].ID
+}
+
+// ranked is a choice with the ranking keys that Choice does not carry.
+type ranked struct {
+	Choice
+	groups int  // NUMA groups used; each unknown-NUMA slot counts as its own group
+	kind   kind // what the choice is, for its reason
+	gpus   int  // slots requested, for its reason
+}
+
+type kind int
+
+const (
+	kindSingle kind = iota
+	kindSpan
+	kindFullHost
+)
+
+func validPolicy(p Policy) bool {
+	switch p {
+	case PolicyAny, PolicyNUMAPreferred, PolicyNUMARequired, PolicyFullHost:
+		return true
+	}
+	return false
+}
+
+// PlaceSlice ranks every viable same-node placement for req, best first. It never panics on
+// bad input: GPUs <= 0 or an unknown policy give Reason "invalid_request".
 func PlaceSlice(req Request, nodes []Node) Outcome {
 	var out Outcome
-	if req.GPUs <= 0 {
-		out.Reason, out.Message = "invalid_request", "gpus must be positive"
-		return out
-	}
 	policy := req.Policy
 	if policy == "" {
 		policy = DefaultPolicy(req.GPUs)
 	}
-	for _, n := range nodes {
-		free := len(n.FreeSlots)
-		out.FreeSlots += free
-		if free > out.MaxNodeFree {
-			out.MaxNodeFree = free
+	if req.GPUs <= 0 {
+		out.Reason = ReasonInvalidRequest
+		out.Message = fmt.Sprintf("gpus must be positive, got %d", req.GPUs)
+		return out
+	}
+	if !validPolicy(policy) {
+		out.Reason = ReasonInvalidRequest
+		out.Message = fmt.Sprintf("unknown topology policy %q (want any, numa_preferred, numa_required or full_host)", policy)
+		return out
+	}
+	n := req.GPUs
+	// Capacity hint: a node yields one candidate per NUMA group that fits (at most free/n),
+	// or one span or full host.
+	hint := 0
+	for _, nd := range nodes {
+		if free := len(nd.FreeSlots); free >= n {
+			hint += min(max(free/n, 1), len(nd.GroupSize)+1)
 		}
-		groups := groupsOf(n)
-		for _, g := range groups {
-			if g.numa >= 0 && len(g.slots) > out.MaxGroupFree {
-				out.MaxGroupFree = len(g.slots)
-			}
-		}
-		if out.MaxGroupFree == 0 && free > 0 {
-			out.MaxGroupFree = 1
-		}
-		if free < req.GPUs {
+	}
+	cands := make([]ranked, 0, hint)
+	var slotBuf []Slot
+	var groupBuf, spanBuf []group
+	nodesWithFree := 0
+	for _, nd := range nodes {
+		free := len(nd.FreeSlots)
+		if free == 0 {
 			continue
 		}
-		inSlice := n.ClaimedSlots > 0
+		nodesWithFree++
+		out.FreeSlots += free
+		out.MaxNodeFree = max(out.MaxNodeFree, free)
+		var groups []group
+		groups, slotBuf = groupsOf(nd, slotBuf, groupBuf)
+		groupBuf = groups
+		for _, g := range groups {
+			out.MaxGroupFree = max(out.MaxGroupFree, len(g.slots))
+		}
+		if free < n {
+			continue
+		}
 		if policy == PolicyFullHost {
-			if free == req.GPUs && n.ApprovedSlots == req.GPUs {
-				out.Choices = append(out.Choices, makeChoice(n, n.FreeSlots, groups, inSlice, false, 0, 0, "full host"))
+			if free == n && nd.ApprovedSlots == n {
+				all := make([]Slot, 0, free)
+				for _, g := range groups {
+					all = append(all, g.slots...)
+				}
+				cands = append(cands, makeChoice(nd, all, groups, kindFullHost, n))
 			}
 			continue
 		}
 		single := false
 		for _, g := range groups {
-			if len(g.slots) < req.GPUs || (g.numa < 0 && req.GPUs > 1) {
-				continue
+			if len(g.slots) < n {
+				continue // unknown-NUMA singletons fit only n == 1
 			}
 			single = true
-			pick := g.slots[:req.GPUs]
-			c := makeChoice(n, pick, []group{g}, inSlice, g.fragmented(), len(g.slots)-req.GPUs, free-req.GPUs, "")
-			c.SingleNUMA = true
-			out.Choices = append(out.Choices, c)
+			cands = append(cands, makeChoice(nd, g.slots[:n], []group{g}, kindSingle, n))
 		}
-		if !single && policy != PolicyNUMARequired {
-			// Span the fewest groups: largest groups first, then NUMA id.
-			gs := append([]group(nil), groups...)
-			sort.SliceStable(gs, func(i, j int) bool { return len(gs[i].slots) > len(gs[j].slots) })
-			var pick []Slot
-			var used []group
-			frag := false
-			rem := 0
-			for _, g := range gs {
-				if len(pick) == req.GPUs {
-					break
-				}
-				take := min(req.GPUs-len(pick), len(g.slots))
-				pick = append(pick, g.slots[:take]...)
-				used = append(used, g)
-				frag = frag || g.fragmented()
-				rem += len(g.slots) - take
+		if single || policy == PolicyNUMARequired {
+			continue
+		}
+		// Span the fewest groups: most free first, then NUMA id (unknown-NUMA singletons
+		// after known groups of one), lowest slot indexes within each group.
+		gs := append(spanBuf[:0], groups...)
+		spanBuf = gs
+		sort.SliceStable(gs, func(i, j int) bool { return len(gs[i].slots) > len(gs[j].slots) })
+		pick := make([]Slot, 0, n)
+		used := 0
+		for _, g := range gs {
+			if len(pick) == n {
+				break
 			}
-			out.Choices = append(out.Choices, makeChoice(n, pick, used, inSlice, frag, rem, free-req.GPUs, ""))
+			take := min(n-len(pick), len(g.slots))
+			pick = append(pick, g.slots[:take]...)
+			used++
 		}
+		cands = append(cands, makeChoice(nd, pick, gs[:used], kindSpan, n))
 	}
-	sort.SliceStable(out.Choices, func(i, j int) bool { return less(out.Choices[i], out.Choices[j]) })
-	if len(out.Choices) == 0 {
-		if out.FreeSlots >= req.GPUs {
-			out.Reason = "topology_fragmented"
-			out.Message = fmt.Sprintf("%d slots are free across %d nodes, but no node offers %d slots satisfying %s (most on one node: %d, in one NUMA group: %d)",
-				out.FreeSlots, countNodes(nodes), req.GPUs, policy, out.MaxNodeFree, out.MaxGroupFree)
-		} else {
-			out.Reason = "no_capacity"
-			out.Message = fmt.Sprintf("%d slots are free in all; %d requested", out.FreeSlots, req.GPUs)
+	if len(cands) > 0 {
+		order := make([]int, len(cands))
+		for i := range order {
+			order[i] = i
 		}
+		sort.Slice(order, func(i, j int) bool { return less(&cands[order[i]], &cands[order[j]]) })
+		out.Choices = make([]Choice, len(cands))
+		for i, k := range order {
+			out.Choices[i] = cands[k].Choice
+			out.Choices[i].Reason = reason(&cands[k])
+		}
+		return out
+	}
+	across := plural(nodesWithFree, "node", "nodes")
+	if out.FreeSlots < n {
+		out.Reason = ReasonNoCapacity
+		if out.FreeSlots == 0 {
+			out.Message = fmt.Sprintf("no slots are free; %d requested", n)
+		} else {
+			out.Message = fmt.Sprintf("only %s free across %s; %d requested",
+				plural(out.FreeSlots, "slot is", "slots are"), across, n)
+		}
+		return out
+	}
+	out.Reason = ReasonTopologyFragmented
+	lead := fmt.Sprintf("%s free across %s, but", plural(out.FreeSlots, "slot is", "slots are"), across)
+	switch policy {
+	case PolicyNUMARequired:
+		out.Message = fmt.Sprintf("%s no node offers %d slots in one NUMA group (largest: %d)", lead, n, out.MaxGroupFree)
+	case PolicyFullHost:
+		out.Message = fmt.Sprintf("%s no node has exactly %d approved slots all free (most free on one node: %d)", lead, n, out.MaxNodeFree)
+	default:
+		out.Message = fmt.Sprintf("%s no node offers %d free slots (largest: %d)", lead, n, out.MaxNodeFree)
 	}
 	return out
 }
 
-func countNodes(nodes []Node) int {
-	n := 0
-	for _, nd := range nodes {
-		if len(nd.FreeSlots) > 0 {
-			n++
-		}
+// plural formats "1 slot is" / "3 slots are".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
 	}
-	return n
+	return fmt.Sprintf("%d %s", n, many)
 }
 
-func makeChoice(n Node, pick []Slot, used []group, inSlice, frag bool, groupRem, nodeRem int, why string) Choice {
-	ps := append([]Slot(nil), pick...)
-	sort.Slice(ps, func(i, j int) bool { return ps[i].SlotIndex < ps[j].SlotIndex })
-	c := Choice{NodeID: n.ID, NodeName: n.Name, NodeInSliceMode: inSlice, GroupFragmented: frag,
-		GroupRemainder: groupRem, NodeRemainder: nodeRem}
-	numas := map[int]bool{}
-	for _, s := range ps {
-		c.SlotIDs = append(c.SlotIDs, s.ID)
-		c.SlotIndexes = append(c.SlotIndexes, s.SlotIndex)
-		numas[s.NUMANode] = true
+func makeChoice(nd Node, pick []Slot, used []group, k kind, n int) ranked {
+	ps := pick // copied before sorting: pick may alias the caller's scratch buffer
+	if !sort.IsSorted(byIndex(ps)) {
+		ps = append([]Slot(nil), pick...)
+		sort.Sort(byIndex(ps))
 	}
-	for k := range numas {
-		c.NUMANodes = append(c.NUMANodes, k)
+	c := Choice{
+		NodeID:          nd.ID,
+		NodeName:        nd.Name,
+		SlotIDs:         make([]string, len(ps)),
+		SlotIndexes:     make([]int, len(ps)),
+		SingleNUMA:      len(used) == 1,
+		NodeInSliceMode: nd.ClaimedSlots > 0,
+		NodeRemainder:   len(nd.FreeSlots) - len(ps),
 	}
-	sort.Ints(c.NUMANodes)
-	c.SingleNUMA = len(used) == 1
-	var parts []string
-	if why != "" {
-		parts = append(parts, why)
+	for i, s := range ps {
+		c.SlotIDs[i] = s.ID
+		c.SlotIndexes[i] = s.SlotIndex
 	}
-	if c.SingleNUMA {
-		parts = append(parts, fmt.Sprintf("single NUMA group %d", c.NUMANodes[0]))
-	} else {
-		parts = append(parts, fmt.Sprintf("spans NUMA groups %v", c.NUMANodes))
+	groupFree := 0
+	c.NUMANodes = make([]int, 0, len(used))
+	for _, g := range used {
+		groupFree += len(g.slots)
+		c.GroupFragmented = c.GroupFragmented || g.fragmented()
+		if i := sort.SearchInts(c.NUMANodes, g.numa); i == len(c.NUMANodes) || c.NUMANodes[i] != g.numa {
+			c.NUMANodes = append(c.NUMANodes, 0)
+			copy(c.NUMANodes[i+1:], c.NUMANodes[i:])
+			c.NUMANodes[i] = g.numa
+		}
 	}
-	if inSlice {
-		parts = append(parts, "node already in slice mode")
-	} else {
-		parts = append(parts, "clean node")
+	c.GroupRemainder = groupFree - len(ps)
+	return ranked{Choice: c, groups: len(used), kind: k, gpus: n}
+}
+
+// reason is one sentence naming what the choice is and the ranking facts behind its place,
+// e.g. "single NUMA group 0 on node n1 (node in slice mode, fragmented group, group
+// remainder 2, node remainder 5)".
+func reason(r *ranked) string {
+	var b strings.Builder
+	b.Grow(160)
+	mode := "clean node"
+	if r.NodeInSliceMode {
+		mode = "node in slice mode"
 	}
-	if frag {
-		parts = append(parts, "fragmented group")
+	switch r.kind {
+	case kindFullHost:
+		b.WriteString("full host ")
+		b.WriteString(r.NodeName)
+		b.WriteString(": all ")
+		b.WriteString(itoa(r.gpus))
+		b.WriteString(" approved slots free (")
+		b.WriteString(mode)
+		b.WriteString(")")
+		return b.String()
+	case kindSingle:
+		frag := "clean group"
+		if r.GroupFragmented {
+			frag = "fragmented group"
+		}
+		if r.NUMANodes[0] < 0 {
+			b.WriteString("single slot of unknown NUMA")
+			frag = "group unknown"
+		} else {
+			b.WriteString("single NUMA group ")
+			b.WriteString(itoa(r.NUMANodes[0]))
+		}
+		b.WriteString(" on node ")
+		b.WriteString(r.NodeName)
+		b.WriteString(" (")
+		b.WriteString(mode)
+		b.WriteString(", ")
+		b.WriteString(frag)
+	default:
+		frag := "clean groups"
+		if r.GroupFragmented {
+			frag = "fragmented groups"
+		}
+		b.WriteString("spans ")
+		b.WriteString(itoa(r.groups))
+		b.WriteString(" NUMA groups (")
+		known := 0
+		for _, numa := range r.NUMANodes {
+			if numa < 0 {
+				continue
+			}
+			if known > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(itoa(numa))
+			known++
+		}
+		for i := known; i < r.groups; i++ {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("unknown")
+		}
+		b.WriteString(") on node ")
+		b.WriteString(r.NodeName)
+		b.WriteString(", no single group has ")
+		b.WriteString(itoa(r.gpus))
+		b.WriteString(" free (")
+		b.WriteString(mode)
+		b.WriteString(", ")
+		b.WriteString(frag)
 	}
-	parts = append(parts, fmt.Sprintf("group remainder %d, node remainder %d", groupRem, nodeRem))
-	c.Reason = fmt.Sprintf("node %s slots %v: %s", n.Name, c.SlotIndexes, strings.Join(parts, ", "))
-	return c
+	b.WriteString(", group remainder ")
+	b.WriteString(itoa(r.GroupRemainder))
+	b.WriteString(", node remainder ")
+	b.WriteString(itoa(r.NodeRemainder))
+	b.WriteString(")")
+	return b.String()
+}
+
+// itoa formats an int without fmt (reasons are built for every candidate).
+func itoa(v int) string {
+	if v >= 0 && v < 10 {
+		return string(rune('0' + v))
+	}
+	var buf [20]byte
+	i := len(buf)
+	u := uint64(v)
+	if v < 0 {
+		u = uint64(-v)
+	}
+	for u >= 10 {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	buf[i] = byte('0' + u)
+	if v < 0 {
+		i--
+		buf[i] = '-'
+	}
+	return string(buf[i:])
 }
 
 // less is the ranking: single NUMA, slice-mode node, fragmented group, best fit in group,
-// best fit on node, fewest groups, first slot index, node name, node id.
-func less(a, b Choice) bool {
+// best fit on node, fewest groups, first slot index, node name, node id; slot ids last so
+// the order is total.
+func less(a, b *ranked) bool {
 	if a.SingleNUMA != b.SingleNUMA {
 		return a.SingleNUMA
 	}
@@ -264,8 +494,8 @@ func less(a, b Choice) bool {
 	if a.NodeRemainder != b.NodeRemainder {
 		return a.NodeRemainder < b.NodeRemainder
 	}
-	if len(a.NUMANodes) != len(b.NUMANodes) {
-		return len(a.NUMANodes) < len(b.NUMANodes)
+	if a.groups != b.groups {
+		return a.groups < b.groups
 	}
 	if a.SlotIndexes[0] != b.SlotIndexes[0] {
 		return a.SlotIndexes[0] < b.SlotIndexes[0]
@@ -273,7 +503,15 @@ func less(a, b Choice) bool {
 	if a.NodeName != b.NodeName {
 		return a.NodeName < b.NodeName
 	}
-	return a.NodeID < b.NodeID
+	if a.NodeID != b.NodeID {
+		return a.NodeID < b.NodeID
+	}
+	for i := range min(len(a.SlotIDs), len(b.SlotIDs)) {
+		if a.SlotIDs[i] != b.SlotIDs[i] {
+			return a.SlotIDs[i] < b.SlotIDs[i]
+		}
+	}
+	return len(a.SlotIDs) < len(b.SlotIDs)
 }
 
 // BaremetalNode is a whole node eligible for a baremetal allocation.
@@ -282,8 +520,8 @@ type BaremetalNode struct {
 	ApprovedSlots int
 }
 
-// RankBaremetal puts nodes without approved slice slots first (slice-capable nodes are kept
-// for slices), then orders by name and id.
+// RankBaremetal orders eligible whole nodes: nodes with no approved slice slots first (keep
+// slice-capable nodes for slices), then by name, then id. The input is not modified.
 func RankBaremetal(nodes []BaremetalNode) []BaremetalNode {
 	out := append([]BaremetalNode(nil), nodes...)
 	sort.SliceStable(out, func(i, j int) bool {
@@ -294,23 +532,40 @@ func RankBaremetal(nodes []BaremetalNode) []BaremetalNode {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
 		}
-		return out[i].ID < out[j].ID
+		if out[i].ID != out[j].ID {
+			return out[i].ID < out[j].ID
+		}
+		return out[i].ApprovedSlots < out[j].ApprovedSlots
 	})
 	return out
 }
 
-// Explain summarizes an outcome in a few lines for people.
+// Explain summarizes an outcome in a few lines for people: the top three choices, or the
+// diagnosis when nothing fits.
 func Explain(o Outcome) string {
-	if len(o.Choices) == 0 {
-		return fmt.Sprintf("%s: %s", o.Reason, o.Message)
-	}
 	var b strings.Builder
+	if len(o.Choices) == 0 {
+		r := o.Reason
+		if r == "" {
+			r = ReasonNoCapacity
+		}
+		fmt.Fprintf(&b, "no placement: %s\n", r)
+		if o.Message != "" {
+			fmt.Fprintf(&b, "%s\n", o.Message)
+		}
+		if r != ReasonInvalidRequest {
+			fmt.Fprintf(&b, "free slots: %d, most on one node: %d, most in one NUMA group: %d",
+				o.FreeSlots, o.MaxNodeFree, o.MaxGroupFree)
+		}
+		return strings.TrimRight(b.String(), "\n")
+	}
+	fmt.Fprintf(&b, "%s, best first:\n", plural(len(o.Choices), "ranked choice", "ranked choices"))
 	for i, c := range o.Choices {
-		if i == 3 {
-			fmt.Fprintf(&b, "... %d more choices", len(o.Choices)-3)
+		if i == maxExplainedChoices {
+			fmt.Fprintf(&b, "... and %d more\n", len(o.Choices)-maxExplainedChoices)
 			break
 		}
-		fmt.Fprintf(&b, "%d. %s\n", i+1, c.Reason)
+		fmt.Fprintf(&b, "%d. slots %v: %s\n", i+1, c.SlotIndexes, c.Reason)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

@@ -4,152 +4,662 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"strings"
 	"testing"
 )
 
-// node builds a node with 8 approved slots in two NUMA groups of four; free lists the free
-// slot indexes; claimed counts live claims.
+// node builds a node with 8 approved slots in two NUMA groups of four (slots 0-3 on NUMA 0,
+// 4-7 on NUMA 1); free lists the free candidate slot indexes; claimed counts live claims.
 func node(name string, claimed int, free ...int) Node {
-	n := Node{ID: "id-" + name, Name: name, GroupSize: map[int]int{0: 4, 1: 4}, ApprovedSlots: 8, ClaimedSlots: claimed}
+	return topo(name, name, claimed, 4, 8, free...)
+}
+
+// topo builds a node with approved slots 0..approved-1 in NUMA groups of groupLen slots each.
+func topo(id, name string, claimed, groupLen, approved int, free ...int) Node {
+	n := Node{ID: "id-" + id, Name: name, GroupSize: map[int]int{}, ApprovedSlots: approved, ClaimedSlots: claimed}
+	for i := 0; i < approved; i++ {
+		n.GroupSize[i/groupLen]++
+	}
 	for _, i := range free {
-		n.FreeSlots = append(n.FreeSlots, Slot{ID: fmt.Sprintf("%s-%d", name, i), SlotIndex: i, NUMANode: i / 4})
+		n.FreeSlots = append(n.FreeSlots, Slot{ID: fmt.Sprintf("%s-%d", id, i), SlotIndex: i, NUMANode: i / groupLen})
 	}
 	return n
 }
 
-func best(t *testing.T, o Outcome) Choice {
-	t.Helper()
-	if len(o.Choices) == 0 {
-		t.Fatalf("no choice: %s %s", o.Reason, o.Message)
+// unknown builds a node whose listed slots have no known NUMA node.
+func unknown(name string, claimed int, free ...int) Node {
+	n := Node{ID: "id-" + name, Name: name, GroupSize: map[int]int{}, ApprovedSlots: 8, ClaimedSlots: claimed}
+	for _, i := range free {
+		n.FreeSlots = append(n.FreeSlots, Slot{ID: fmt.Sprintf("%s-%d", name, i), SlotIndex: i, NUMANode: -1})
 	}
-	return o.Choices[0]
+	return n
 }
 
-func TestRanking(t *testing.T) {
+// short renders a choice as "node:i,j,k".
+func short(c Choice) string {
+	s := make([]string, len(c.SlotIndexes))
+	for i, x := range c.SlotIndexes {
+		s[i] = fmt.Sprint(x)
+	}
+	return c.NodeName + ":" + strings.Join(s, ",")
+}
+
+func shorts(o Outcome) []string {
+	var out []string
+	for _, c := range o.Choices {
+		out = append(out, short(c))
+	}
+	return out
+}
+
+func TestPlaceSlice(t *testing.T) {
 	cases := []struct {
-		name      string
-		gpus      int
-		nodes     []Node
-		wantNode  string
-		wantSlots []int
+		name   string
+		gpus   int
+		policy Policy
+		nodes  []Node
+		// want is the expected ranked list, best first; exact means it must be the whole
+		// list, otherwise only its first len(want) entries are checked.
+		want    []string
+		exact   bool
+		wantIDs []string // node ids of the first choices, where names tie
+		// diagnosis when want is empty
+		reason                          string
+		free, maxNodeFree, maxGroupFree int
+		// checks on the best choice
+		single, sliceMode, fragmented *bool
+		rem                           []int // group and node remainder; nil: not checked
 	}{
-		{"1 gpu on clean node takes slot 0", 1, []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, "a", []int{0}},
-		{"4 gpus take a whole clean group", 4, []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, "a", []int{0, 1, 2, 3}},
-		{"4 gpus take the only whole group", 4, []Node{node("a", 1, 1, 2, 3, 4, 5, 6, 7)}, "a", []int{4, 5, 6, 7}},
-		{"1 gpu avoids clean group when a fragmented one exists", 1, []Node{node("a", 1, 1, 2, 3, 4, 5, 6, 7)}, "a", []int{1}},
-		{"1 gpu prefers slice-mode node over clean node", 1, []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("b", 4, 4, 5, 6, 7)}, "b", []int{4}},
-		{"2 gpus prefer best-fit fragmented group", 2, []Node{node("a", 3, 1, 2, 3, 6, 7)}, "a", []int{6, 7}},
-		{"2 gpus span groups when no group has 2", 2, []Node{node("a", 6, 0, 4)}, "a", []int{0, 4}},
-		{"single NUMA beats slice mode", 2, []Node{node("a", 6, 0, 4), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, "b", []int{0, 1}},
-		{"8 gpus need a fully free host", 8, []Node{node("a", 1, 1, 2, 3, 4, 5, 6, 7), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, "b", []int{0, 1, 2, 3, 4, 5, 6, 7}},
-		{"node name breaks ties", 1, []Node{node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, "a", []int{0}},
-		{"best fit on node among equal groups", 1, []Node{node("a", 2, 2, 3, 4, 5, 6, 7), node("b", 6, 2, 3)}, "b", []int{2}},
+		{
+			name: "4 gpus on a clean node take all of group 0, then all of group 1",
+			gpus: 4, nodes: []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)},
+			want: []string{"a:0,1,2,3", "a:4,5,6,7"}, exact: true,
+			single: yes, sliceMode: no, fragmented: no, rem: []int{0, 4},
+		},
+		{
+			name: "4 gpus take the only whole group",
+			gpus: 4, nodes: []Node{node("a", 1, 1, 2, 3, 4, 5, 6, 7)},
+			want: []string{"a:4,5,6,7"}, exact: true,
+			single: yes, sliceMode: yes, fragmented: no, rem: []int{0, 3},
+		},
+		{
+			name: "1 gpu takes the fragmented group (3 of 4 free) and keeps the clean group whole",
+			gpus: 1, nodes: []Node{node("a", 1, 1, 2, 3, 4, 5, 6, 7)},
+			want: []string{"a:1", "a:4"}, exact: true,
+			single: yes, sliceMode: yes, fragmented: yes, rem: []int{2, 6},
+		},
+		{
+			name: "1 gpu prefers a node in slice mode over a tighter clean node",
+			gpus: 1,
+			nodes: []Node{
+				topo("a", "a", 0, 1, 2, 0, 1), // clean, 2 slots: group and node remainder 0/1
+				node("b", 1, 1, 2, 3, 4, 5, 6, 7),
+			},
+			want: []string{"b:1", "b:4", "a:0", "a:1"}, exact: true,
+			single: yes, sliceMode: yes, fragmented: yes, rem: []int{2, 6},
+		},
+		{
+			name: "2 gpus prefer a fragmented group with 2 free (remainder 0) over one with 3",
+			gpus: 2, nodes: []Node{node("a", 3, 1, 2, 3, 6, 7)},
+			want: []string{"a:6,7", "a:1,2"}, exact: true,
+			single: yes, sliceMode: yes, fragmented: yes, rem: []int{0, 3},
+		},
+		{
+			name: "fragmented groups on any slice-mode node beat a clean group, best fit first",
+			gpus: 1,
+			nodes: []Node{
+				node("a", 2, 2, 3, 4, 5, 6, 7), // group 0: 2 of 4 free
+				node("b", 5, 1, 2, 3),          // group 0: 3 of 4 free
+			},
+			want: []string{"a:2", "b:1", "a:4"}, exact: true,
+		},
+		{
+			name: "a fragmented group beats a tighter clean group",
+			gpus: 1,
+			nodes: []Node{func() Node {
+				n := node("a", 1, 1, 2, 3, 4, 5)       // group 0: 3 of 4 free
+				n.GroupSize[1], n.ApprovedSlots = 2, 6 // group 1: 2 of 2 free
+				return n
+			}()},
+			want: []string{"a:1", "a:4"}, exact: true,
+			fragmented: yes, rem: []int{2, 4},
+		},
+		{
+			name: "spanning takes the fullest groups first",
+			gpus: 6, policy: PolicyNUMAPreferred,
+			nodes: []Node{topo("s", "s", 8, 4, 16, 0, 4, 5, 8, 9, 10, 12, 13)}, // free per group: 1, 2, 3, 2
+			want:  []string{"s:4,5,8,9,10,12"}, exact: true,
+			single: no, fragmented: yes, rem: []int{1, 2},
+		},
+		{
+			name: "spanning breaks equal group sizes by lowest NUMA id",
+			gpus: 5, policy: PolicyNUMAPreferred,
+			nodes: []Node{topo("s", "s", 8, 4, 16, 0, 4, 5, 8, 9, 10, 12, 13)},
+			want:  []string{"s:4,5,8,9,10"}, exact: true,
+			rem: []int{0, 3},
+		},
+		{
+			name: "node remainder breaks a group remainder tie",
+			gpus: 1,
+			nodes: []Node{
+				node("a", 2, 2, 3, 4, 5, 6, 7),
+				node("b", 6, 2, 3),
+			},
+			want: []string{"b:2", "a:2", "a:4"}, exact: true,
+			rem: []int{1, 1},
+		},
+		{
+			name: "4 gpus with 3+3 free fail as topology_fragmented",
+			gpus: 4, nodes: []Node{node("a", 2, 1, 2, 3, 5, 6, 7)},
+			reason: ReasonTopologyFragmented, free: 6, maxNodeFree: 6, maxGroupFree: 3,
+		},
+		{
+			name: "4 gpus with an explicit any policy span 3+3, largest groups then NUMA id",
+			gpus: 4, policy: PolicyAny, nodes: []Node{node("a", 2, 1, 2, 3, 5, 6, 7)},
+			want: []string{"a:1,2,3,5"}, exact: true,
+			single: no, sliceMode: yes, fragmented: yes, rem: []int{2, 2},
+		},
+		{
+			name: "8 gpus only match a fully free 8-slot node",
+			gpus: 8,
+			nodes: []Node{
+				node("a", 1, 1, 2, 3, 4, 5, 6, 7),
+				node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7),
+				topo("c", "c", 0, 4, 9, 0, 1, 2, 3, 4, 5, 6, 7), // 8 free of 9 approved
+			},
+			want: []string{"b:0,1,2,3,4,5,6,7"}, exact: true,
+			single: no, sliceMode: no, fragmented: no, rem: []int{0, 0},
+		},
+		{
+			name: "8 gpus on no fully free node: topology_fragmented",
+			gpus: 8,
+			nodes: []Node{
+				node("a", 1, 1, 2, 3, 4, 5, 6, 7),
+				topo("c", "c", 0, 4, 9, 0, 1, 2, 3, 4, 5, 6, 7),
+			},
+			reason: ReasonTopologyFragmented, free: 15, maxNodeFree: 8, maxGroupFree: 4,
+		},
+		{
+			name: "explicit full_host on a 4-slot node",
+			gpus: 4, policy: PolicyFullHost,
+			nodes: []Node{topo("s", "s", 0, 2, 4, 0, 1, 2, 3), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)},
+			want:  []string{"s:0,1,2,3"}, exact: true,
+		},
+		{
+			name: "2 gpus NUMA-preferred span groups when no group has 2 free",
+			gpus: 2, nodes: []Node{node("a", 6, 0, 4)},
+			want: []string{"a:0,4"}, exact: true,
+			single: no, sliceMode: yes, fragmented: yes, rem: []int{0, 0},
+		},
+		{
+			name: "2 gpus NUMA-preferred do not span on a node where one group fits",
+			gpus: 2, nodes: []Node{node("a", 5, 0, 1, 4)},
+			want: []string{"a:0,1"}, exact: true,
+		},
+		{
+			name: "single NUMA on a clean node beats spanning on a slice-mode node",
+			gpus: 2, nodes: []Node{node("a", 6, 0, 4), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)},
+			want: []string{"b:0,1", "b:4,5", "a:0,4"}, exact: true,
+		},
+		{
+			name: "2 gpus NUMA-required never span",
+			gpus: 2, policy: PolicyNUMARequired, nodes: []Node{node("a", 6, 0, 4)},
+			reason: ReasonTopologyFragmented, free: 2, maxNodeFree: 2, maxGroupFree: 1,
+		},
+		{
+			name:  "spanning fills the fullest group first, then the lowest NUMA id",
+			gpus:  3,
+			nodes: []Node{topo("r", "r", 1, 2, 8, 0, 2, 3, 6)}, // groups of 2: 0 has 1, 1 has 2, 3 has 1
+			want:  []string{"r:0,2,3"}, exact: true,
+			single: no, fragmented: yes, rem: []int{0, 1},
+		},
+		{
+			name: "fewest groups ranks before node name",
+			gpus: 3,
+			nodes: []Node{
+				topo("p", "p", 5, 2, 8, 0, 2, 4), // three groups of one
+				topo("q", "q", 5, 2, 8, 0, 1, 2), // group 0 whole plus one
+			},
+			want: []string{"q:0,1,2", "p:0,2,4"}, exact: true,
+		},
+		{
+			name: "node name then id break ties",
+			gpus: 1,
+			nodes: []Node{
+				topo("z", "b", 0, 4, 4, 0, 1, 2, 3),
+				topo("y", "a", 0, 4, 4, 0, 1, 2, 3),
+				topo("2", "a", 0, 4, 4, 0, 1, 2, 3),
+			},
+			want: []string{"a:0", "a:0", "b:0"}, exact: true,
+			wantIDs: []string{"id-2", "id-y", "id-z"},
+		},
+		{
+			name: "1 gpu on unknown NUMA is single and fine",
+			gpus: 1, nodes: []Node{unknown("u", 0, 3, 1)},
+			want: []string{"u:1", "u:3"}, exact: true,
+			single: yes, sliceMode: no, fragmented: no, rem: []int{0, 1},
+		},
+		{
+			name: "2 gpus on unknown NUMA span, never single",
+			gpus: 2, nodes: []Node{unknown("u", 0, 3, 1, 5)},
+			want: []string{"u:1,3"}, exact: true,
+			single: no, rem: []int{0, 1},
+		},
+		{
+			name: "2 gpus NUMA-required refuse unknown NUMA",
+			gpus: 2, policy: PolicyNUMARequired, nodes: []Node{unknown("u", 0, 0, 1)},
+			reason: ReasonTopologyFragmented, free: 2, maxNodeFree: 2, maxGroupFree: 1,
+		},
+		{
+			name: "spanning takes known groups before unknown-NUMA slots",
+			gpus: 2,
+			nodes: []Node{func() Node {
+				n := node("m", 6, 6)
+				n.FreeSlots = append(n.FreeSlots, Slot{ID: "m-x", SlotIndex: 0, NUMANode: -1})
+				n.FreeSlots = append(n.FreeSlots, Slot{ID: "m-y", SlotIndex: 1, NUMANode: -1})
+				return n
+			}()},
+			want: []string{"m:0,6"}, exact: true, single: no, rem: []int{0, 1},
+		},
+		{
+			name: "not enough free slots anywhere: no_capacity",
+			gpus: 2, nodes: []Node{node("a", 7, 3)},
+			reason: ReasonNoCapacity, free: 1, maxNodeFree: 1, maxGroupFree: 1,
+		},
+		{
+			name: "empty input: no_capacity", gpus: 1,
+			reason: ReasonNoCapacity,
+		},
+		{
+			name: "zero gpus: invalid_request", gpus: 0, nodes: []Node{node("a", 0, 0)},
+			reason: ReasonInvalidRequest,
+		},
+		{
+			name: "negative gpus: invalid_request", gpus: -3, nodes: []Node{node("a", 0, 0)},
+			reason: ReasonInvalidRequest,
+		},
+		{
+			name: "unknown policy: invalid_request", gpus: 1, policy: "numa-ish", nodes: []Node{node("a", 0, 0)},
+			reason: ReasonInvalidRequest,
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ch := best(t, PlaceSlice(Request{GPUs: c.gpus}, c.nodes))
-			if ch.NodeName != c.wantNode || !reflect.DeepEqual(ch.SlotIndexes, c.wantSlots) {
-				t.Fatalf("got %s %v, want %s %v (%s)", ch.NodeName, ch.SlotIndexes, c.wantNode, c.wantSlots, ch.Reason)
+			o := PlaceSlice(Request{GPUs: c.gpus, Policy: c.policy}, c.nodes)
+			got := shorts(o)
+			if len(c.want) == 0 {
+				if len(o.Choices) != 0 {
+					t.Fatalf("choices %v, want none (%s)", got, o.Choices[0].Reason)
+				}
+				if o.Reason != c.reason || o.FreeSlots != c.free || o.MaxNodeFree != c.maxNodeFree || o.MaxGroupFree != c.maxGroupFree {
+					t.Fatalf("diagnosis = %q free=%d node=%d group=%d, want %q %d %d %d",
+						o.Reason, o.FreeSlots, o.MaxNodeFree, o.MaxGroupFree, c.reason, c.free, c.maxNodeFree, c.maxGroupFree)
+				}
+				if o.Message == "" {
+					t.Fatal("empty diagnosis message")
+				}
+				return
 			}
-			if len(ch.SlotIDs) != c.gpus {
-				t.Fatalf("%d slot ids for %d gpus", len(ch.SlotIDs), c.gpus)
+			if o.Reason != "" || o.Message != "" {
+				t.Fatalf("reason %q message %q with choices", o.Reason, o.Message)
+			}
+			if c.exact && !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("choices %v, want %v", got, c.want)
+			}
+			if !c.exact && (len(got) < len(c.want) || !reflect.DeepEqual(got[:len(c.want)], c.want)) {
+				t.Fatalf("choices %v, want prefix %v", got, c.want)
+			}
+			for i, id := range c.wantIDs {
+				if o.Choices[i].NodeID != id {
+					t.Fatalf("choice %d on node id %s, want %s", i, o.Choices[i].NodeID, id)
+				}
+			}
+			b := o.Choices[0]
+			check := func(what string, want *bool, got bool) {
+				if want != nil && *want != got {
+					t.Errorf("%s = %v, want %v (%s)", what, got, *want, b.Reason)
+				}
+			}
+			check("SingleNUMA", c.single, b.SingleNUMA)
+			check("NodeInSliceMode", c.sliceMode, b.NodeInSliceMode)
+			check("GroupFragmented", c.fragmented, b.GroupFragmented)
+			if c.rem != nil && (b.GroupRemainder != c.rem[0] || b.NodeRemainder != c.rem[1]) {
+				t.Errorf("remainders group=%d node=%d, want %v (%s)", b.GroupRemainder, b.NodeRemainder, c.rem, b.Reason)
+			}
+			for _, ch := range o.Choices {
+				validChoice(t, Request{GPUs: c.gpus, Policy: c.policy}, c.nodes, ch)
 			}
 		})
 	}
 }
 
-func TestFourGPUsNeverSpanGroups(t *testing.T) {
-	o := PlaceSlice(Request{GPUs: 4}, []Node{node("a", 2, 1, 2, 3, 5, 6, 7)})
-	if len(o.Choices) != 0 || o.Reason != "topology_fragmented" || o.FreeSlots != 6 || o.MaxGroupFree != 3 || o.MaxNodeFree != 6 {
-		t.Fatalf("outcome = %+v", o)
+var (
+	yes = ptr(true)
+	no  = ptr(false)
+)
+
+func ptr(b bool) *bool { return &b }
+
+// validChoice checks a choice's invariants against its input.
+func validChoice(t *testing.T, req Request, nodes []Node, c Choice) {
+	t.Helper()
+	policy := req.Policy
+	if policy == "" {
+		policy = DefaultPolicy(req.GPUs)
+	}
+	var nd *Node
+	for i := range nodes {
+		if nodes[i].ID == c.NodeID {
+			nd = &nodes[i]
+		}
+	}
+	if nd == nil || nd.Name != c.NodeName {
+		t.Fatalf("choice on unknown node %s/%s", c.NodeID, c.NodeName)
+	}
+	if len(c.SlotIDs) != req.GPUs || len(c.SlotIndexes) != req.GPUs {
+		t.Fatalf("%d slots for %d gpus: %+v", len(c.SlotIDs), req.GPUs, c)
+	}
+	byID := map[string]Slot{}
+	for _, s := range nd.FreeSlots {
+		byID[s.ID] = s
+	}
+	numas := map[int]bool{}
+	seen := map[string]bool{}
+	for i, id := range c.SlotIDs {
+		s, ok := byID[id]
+		if !ok || seen[id] {
+			t.Fatalf("slot %s not free on %s or repeated: %+v", id, nd.Name, c)
+		}
+		seen[id] = true
+		if s.SlotIndex != c.SlotIndexes[i] || (i > 0 && c.SlotIndexes[i-1] > s.SlotIndex) {
+			t.Fatalf("slot ids and indexes disagree or unsorted: %+v", c)
+		}
+		numas[max(s.NUMANode, -1)] = true
+	}
+	var want []int
+	for k := range numas {
+		want = append(want, k)
+	}
+	sortInts(want)
+	if !reflect.DeepEqual(want, c.NUMANodes) {
+		t.Fatalf("NUMANodes %v, want %v", c.NUMANodes, want)
+	}
+	if c.SingleNUMA && (len(c.NUMANodes) != 1 || (c.NUMANodes[0] < 0 && req.GPUs > 1)) {
+		t.Fatalf("SingleNUMA on %v for %d gpus", c.NUMANodes, req.GPUs)
+	}
+	if policy == PolicyNUMARequired && !c.SingleNUMA {
+		t.Fatalf("numa_required placed across groups: %+v", c)
+	}
+	if policy == PolicyFullHost && (len(nd.FreeSlots) != req.GPUs || nd.ApprovedSlots != req.GPUs) {
+		t.Fatalf("full host on a node with %d free of %d approved", len(nd.FreeSlots), nd.ApprovedSlots)
+	}
+	if c.NodeRemainder != len(nd.FreeSlots)-req.GPUs || c.NodeInSliceMode != (nd.ClaimedSlots > 0) {
+		t.Fatalf("node facts wrong: %+v", c)
+	}
+	if c.Reason == "" || !strings.Contains(c.Reason, nd.Name) {
+		t.Fatalf("reason %q does not name node %s", c.Reason, nd.Name)
 	}
 }
 
-func TestNoCapacity(t *testing.T) {
-	o := PlaceSlice(Request{GPUs: 2}, []Node{node("a", 7, 3)})
-	if o.Reason != "no_capacity" || o.FreeSlots != 1 {
-		t.Fatalf("outcome = %+v", o)
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
 	}
-	if o := PlaceSlice(Request{GPUs: 1}, nil); o.Reason != "no_capacity" {
-		t.Fatalf("empty = %+v", o)
+}
+
+func TestReasonStrings(t *testing.T) {
+	o := PlaceSlice(Request{GPUs: 1}, []Node{node("n1", 1, 1, 2, 3, 4, 5, 6, 7)})
+	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, group remainder 2, node remainder 6)"
+	if o.Choices[0].Reason != want {
+		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
-	if o := PlaceSlice(Request{GPUs: 0}, nil); o.Reason != "invalid_request" {
-		t.Fatalf("zero = %+v", o)
+	o = PlaceSlice(Request{GPUs: 2}, []Node{node("n1", 6, 0, 4)})
+	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, group remainder 0, node remainder 0)"
+	if o.Choices[0].Reason != want {
+		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
+	}
+	o = PlaceSlice(Request{GPUs: 8}, []Node{node("n1", 0, 0, 1, 2, 3, 4, 5, 6, 7)})
+	want = "full host n1: all 8 approved slots free (clean node)"
+	if o.Choices[0].Reason != want {
+		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
+	}
+}
+
+func TestDiagnosisMessages(t *testing.T) {
+	nodes := []Node{node("a", 2, 1, 2, 3, 5, 6, 7), node("b", 5, 0, 1, 4), node("c", 8)}
+	o := PlaceSlice(Request{GPUs: 4}, nodes)
+	want := "9 slots are free across 2 nodes, but no node offers 4 slots in one NUMA group (largest: 3)"
+	if o.Reason != ReasonTopologyFragmented || o.Message != want {
+		t.Fatalf("got %q %q, want %q", o.Reason, o.Message, want)
+	}
+	o = PlaceSlice(Request{GPUs: 7, Policy: PolicyNUMAPreferred}, nodes)
+	want = "9 slots are free across 2 nodes, but no node offers 7 free slots (largest: 6)"
+	if o.Reason != ReasonTopologyFragmented || o.Message != want {
+		t.Fatalf("got %q %q, want %q", o.Reason, o.Message, want)
+	}
+	o = PlaceSlice(Request{GPUs: 8}, nodes)
+	if o.Reason != ReasonTopologyFragmented || !strings.Contains(o.Message, "exactly 8 approved slots all free") {
+		t.Fatalf("got %q %q", o.Reason, o.Message)
+	}
+	o = PlaceSlice(Request{GPUs: 10}, nodes)
+	want = "only 9 slots are free across 2 nodes; 10 requested"
+	if o.Reason != ReasonNoCapacity || o.Message != want {
+		t.Fatalf("got %q %q, want %q", o.Reason, o.Message, want)
 	}
 }
 
 func TestFullHostNeedsEveryApprovedSlot(t *testing.T) {
 	n := node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)
-	n.ApprovedSlots = 9 // a ninth slot exists but is not free
+	n.ApprovedSlots = 9 // a ninth slot exists but is not a candidate
 	if o := PlaceSlice(Request{GPUs: 8}, []Node{n}); len(o.Choices) != 0 {
 		t.Fatalf("8 of 9 slots taken as a full host: %+v", o.Choices[0])
 	}
+	// 8 free on a 16-slot node is not a full host either, even though 8 are free.
+	big := topo("big", "big", 0, 8, 16, 0, 1, 2, 3, 4, 5, 6, 7)
+	if o := PlaceSlice(Request{GPUs: 8}, []Node{big}); len(o.Choices) != 0 {
+		t.Fatalf("half of a 16-slot node taken as a full host: %+v", o.Choices[0])
+	}
 }
 
-func TestUnknownNUMA(t *testing.T) {
-	n := Node{ID: "x", Name: "x", GroupSize: map[int]int{}, ApprovedSlots: 2,
-		FreeSlots: []Slot{{ID: "s0", SlotIndex: 0, NUMANode: -1}, {ID: "s1", SlotIndex: 1, NUMANode: -1}}}
-	ch := best(t, PlaceSlice(Request{GPUs: 1}, []Node{n}))
-	if !ch.SingleNUMA || ch.SlotIndexes[0] != 0 {
-		t.Fatalf("1 gpu on unknown NUMA = %+v", ch)
+// TestPackingKeepsWholeGroups places requests one after another the way the controller
+// would and checks that small requests pack into broken groups, leaving whole groups for
+// 4-GPU requests and whole clean nodes for 8-GPU requests.
+func TestPackingKeepsWholeGroups(t *testing.T) {
+	nodes := []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)}
+	steps := []struct {
+		gpus int
+		want string
+	}{
+		{2, "a:0,1"},     // clean nodes only: first by name
+		{1, "a:2"},       // slice-mode node a, fragmented group 0
+		{1, "a:3"},       // fills group 0
+		{2, "a:4,5"},     // slice-mode node a before clean b; group 1 breaks only now
+		{4, "b:0,1,2,3"}, // a has no whole group left; b's clean group 0
+		{8, ""},          // b is no longer whole
 	}
-	ch = best(t, PlaceSlice(Request{GPUs: 2}, []Node{n}))
-	if ch.SingleNUMA {
-		t.Fatal("two unknown-NUMA slots counted as one NUMA group")
+	for i, s := range steps {
+		o := PlaceSlice(Request{GPUs: s.gpus}, nodes)
+		got := ""
+		if len(o.Choices) > 0 {
+			got = short(o.Choices[0])
+			take(nodes, o.Choices[0])
+		}
+		if got != s.want {
+			t.Fatalf("step %d (%d gpus): got %q, want %q (%v)", i, s.gpus, got, s.want, shorts(o))
+		}
 	}
-	if o := PlaceSlice(Request{GPUs: 2, Policy: PolicyNUMARequired}, []Node{n}); len(o.Choices) != 0 {
-		t.Fatal("NUMA-required placed on unknown NUMA")
+}
+
+// take removes a choice's slots from the free lists and claims them, as a reservation would.
+func take(nodes []Node, c Choice) {
+	taken := map[string]bool{}
+	for _, id := range c.SlotIDs {
+		taken[id] = true
+	}
+	for i := range nodes {
+		if nodes[i].ID != c.NodeID {
+			continue
+		}
+		var kept []Slot
+		for _, s := range nodes[i].FreeSlots {
+			if !taken[s.ID] {
+				kept = append(kept, s)
+			}
+		}
+		nodes[i].FreeSlots = kept
+		nodes[i].ClaimedSlots += len(c.SlotIDs)
 	}
 }
 
 func TestFullRankedListForRetries(t *testing.T) {
 	o := PlaceSlice(Request{GPUs: 1}, []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7)})
-	if len(o.Choices) != 4 { // one per group per node
-		t.Fatalf("%d choices, want 4", len(o.Choices))
-	}
-	seen := map[string]bool{}
-	for _, c := range o.Choices {
-		if seen[c.SlotIDs[0]] {
-			t.Fatalf("duplicate choice %v", c.SlotIDs)
-		}
-		seen[c.SlotIDs[0]] = true
+	want := []string{"a:0", "b:0", "a:4", "b:4"} // one per group per node, first slot index before name
+	if got := shorts(o); !reflect.DeepEqual(got, want) {
+		t.Fatalf("choices %v, want %v", got, want)
 	}
 }
 
+func shuffled(r *rand.Rand, nodes []Node) []Node {
+	out := make([]Node, len(nodes))
+	for j, k := range r.Perm(len(nodes)) {
+		n := nodes[k]
+		n.FreeSlots = append([]Slot(nil), n.FreeSlots...)
+		r.Shuffle(len(n.FreeSlots), func(a, b int) { n.FreeSlots[a], n.FreeSlots[b] = n.FreeSlots[b], n.FreeSlots[a] })
+		out[j] = n
+	}
+	return out
+}
+
 func TestDeterministicUnderPermutation(t *testing.T) {
-	nodes := []Node{node("a", 2, 1, 2, 3, 5, 6, 7), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("c", 5, 0, 6, 7), node("d", 1, 0, 1, 2, 3, 5, 6, 7)}
-	for _, gpus := range []int{1, 2, 4, 8} {
-		want := PlaceSlice(Request{GPUs: gpus}, nodes)
-		r := rand.New(rand.NewSource(int64(gpus)))
-		for i := 0; i < 50; i++ {
-			shuffled := make([]Node, len(nodes))
-			for j, k := range r.Perm(len(nodes)) {
-				n := nodes[k]
-				n.FreeSlots = append([]Slot(nil), n.FreeSlots...)
-				r.Shuffle(len(n.FreeSlots), func(a, b int) { n.FreeSlots[a], n.FreeSlots[b] = n.FreeSlots[b], n.FreeSlots[a] })
-				shuffled[j] = n
-			}
-			got := PlaceSlice(Request{GPUs: gpus}, shuffled)
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("gpus=%d: permutation changed the outcome:\n%+v\nvs\n%+v", gpus, got.Choices, want.Choices)
+	mixed := unknown("u", 1, 0, 1)
+	mixed.FreeSlots = append(mixed.FreeSlots, Slot{ID: "u-4", SlotIndex: 4, NUMANode: 1}, Slot{ID: "u-5", SlotIndex: 5, NUMANode: 1})
+	mixed.GroupSize[1] = 4
+	nodes := []Node{
+		node("a", 2, 1, 2, 3, 5, 6, 7), node("b", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("c", 5, 0, 6, 7),
+		node("d", 1, 0, 1, 2, 3, 5, 6, 7), topo("e1", "e", 0, 4, 8, 0, 1, 2, 3, 4, 5, 6, 7),
+		topo("e0", "e", 0, 4, 8, 0, 1, 2, 3, 4, 5, 6, 7), topo("p", "p", 5, 2, 8, 0, 2, 4), mixed,
+	}
+	r := rand.New(rand.NewSource(1))
+	for _, gpus := range []int{1, 2, 3, 4, 8} {
+		for _, policy := range []Policy{"", PolicyAny, PolicyNUMAPreferred, PolicyNUMARequired, PolicyFullHost} {
+			req := Request{GPUs: gpus, Policy: policy}
+			want := PlaceSlice(req, nodes)
+			for i := 0; i < 30; i++ {
+				got := PlaceSlice(req, shuffled(r, nodes))
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("gpus=%d policy=%q: permutation changed the outcome:\n%v\nvs\n%v", gpus, policy, shorts(got), shorts(want))
+				}
 			}
 		}
+	}
+}
+
+// TestRandomTopologies checks invariants and permutation stability on random inputs.
+func TestRandomTopologies(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for iter := 0; iter < 300; iter++ {
+		var nodes []Node
+		for k := 0; k < 1+r.Intn(6); k++ {
+			groupLen := []int{1, 2, 4, 8}[r.Intn(4)]
+			approved := []int{4, 8, 8, 16}[r.Intn(4)]
+			var free []int
+			for s := 0; s < approved; s++ {
+				if r.Intn(3) > 0 {
+					free = append(free, s)
+				}
+			}
+			n := topo(fmt.Sprintf("n%d", k), fmt.Sprintf("node%d", r.Intn(3)), approved-len(free), groupLen, approved, free...)
+			for i := range n.FreeSlots {
+				if r.Intn(10) == 0 {
+					n.FreeSlots[i].NUMANode = -1
+				}
+			}
+			nodes = append(nodes, n)
+		}
+		for _, gpus := range []int{1, 2, 3, 4, 8} {
+			for _, policy := range []Policy{"", PolicyAny, PolicyNUMARequired} {
+				req := Request{GPUs: gpus, Policy: policy}
+				o := PlaceSlice(req, nodes)
+				for _, c := range o.Choices {
+					validChoice(t, req, nodes, c)
+				}
+				for i := 1; i < len(o.Choices); i++ {
+					a, b := o.Choices[i-1], o.Choices[i]
+					if a.SingleNUMA != b.SingleNUMA && !a.SingleNUMA {
+						t.Fatalf("spanning choice ranked before single NUMA: %v", shorts(o))
+					}
+				}
+				if len(o.Choices) == 0 {
+					total := 0
+					for _, n := range nodes {
+						total += len(n.FreeSlots)
+					}
+					wantReason := ReasonNoCapacity
+					if total >= gpus {
+						wantReason = ReasonTopologyFragmented
+					}
+					if o.Reason != wantReason || o.FreeSlots != total {
+						t.Fatalf("diagnosis %q free=%d, want %q %d", o.Reason, o.FreeSlots, wantReason, total)
+					}
+				}
+				if got := PlaceSlice(req, shuffled(r, nodes)); !reflect.DeepEqual(got, o) {
+					t.Fatalf("permutation changed the outcome:\n%v\nvs\n%v", shorts(got), shorts(o))
+				}
+			}
+		}
+	}
+}
+
+func TestInputNotModified(t *testing.T) {
+	nodes := []Node{node("a", 0, 7, 6, 5, 4, 3, 2, 1, 0)}
+	before := append([]Slot(nil), nodes[0].FreeSlots...)
+	PlaceSlice(Request{GPUs: 3}, nodes)
+	if !reflect.DeepEqual(before, nodes[0].FreeSlots) {
+		t.Fatal("PlaceSlice reordered the caller's slots")
+	}
+}
+
+func TestExplain(t *testing.T) {
+	o := PlaceSlice(Request{GPUs: 1}, []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("b", 1, 1, 2, 3, 4, 5, 6, 7)})
+	got := Explain(o)
+	lines := strings.Split(got, "\n")
+	if len(lines) != 5 || lines[0] != "4 ranked choices, best first:" || !strings.HasPrefix(lines[1], "1. slots [1]: single NUMA group 0 on node b") || lines[4] != "... and 1 more" {
+		t.Fatalf("explain:\n%s", got)
+	}
+	got = Explain(PlaceSlice(Request{GPUs: 4}, []Node{node("a", 2, 1, 2, 3, 5, 6, 7)}))
+	want := "no placement: topology_fragmented\n" +
+		"6 slots are free across 1 node, but no node offers 4 slots in one NUMA group (largest: 3)\n" +
+		"free slots: 6, most on one node: 6, most in one NUMA group: 3"
+	if got != want {
+		t.Fatalf("explain:\n%s\nwant:\n%s", got, want)
+	}
+	if got := Explain(PlaceSlice(Request{GPUs: 0}, nil)); !strings.HasPrefix(got, "no placement: invalid_request") {
+		t.Fatalf("explain: %s", got)
 	}
 }
 
 func TestRankBaremetalKeepsSliceNodesForSlices(t *testing.T) {
-	got := RankBaremetal([]BaremetalNode{{ID: "1", Name: "a", ApprovedSlots: 8}, {ID: "2", Name: "c"}, {ID: "3", Name: "b"}})
-	var names []string
+	in := []BaremetalNode{{ID: "1", Name: "a", ApprovedSlots: 8}, {ID: "2", Name: "c"}, {ID: "4", Name: "b"}, {ID: "3", Name: "b"}}
+	got := RankBaremetal(in)
+	var ids []string
 	for _, n := range got {
-		names = append(names, n.Name)
+		ids = append(ids, n.ID)
 	}
-	if !reflect.DeepEqual(names, []string{"b", "c", "a"}) {
-		t.Fatalf("order = %v", names)
+	if !reflect.DeepEqual(ids, []string{"3", "4", "2", "1"}) {
+		t.Fatalf("order = %v", ids)
+	}
+	if in[0].ID != "1" {
+		t.Fatal("RankBaremetal modified its input")
+	}
+	if len(RankBaremetal(nil)) != 0 {
+		t.Fatal("nil input")
 	}
 }
 
 func TestDefaultPolicy(t *testing.T) {
-	for gpus, want := range map[int]Policy{1: PolicyAny, 2: PolicyNUMAPreferred, 4: PolicyNUMARequired, 8: PolicyFullHost, 3: PolicyNUMAPreferred} {
+	for gpus, want := range map[int]Policy{1: PolicyAny, 2: PolicyNUMAPreferred, 4: PolicyNUMARequired, 8: PolicyFullHost, 3: PolicyNUMAPreferred, 16: PolicyNUMAPreferred, 0: PolicyNUMAPreferred} {
 		if got := DefaultPolicy(gpus); got != want {
 			t.Fatalf("DefaultPolicy(%d) = %s", gpus, got)
 		}
@@ -161,16 +671,17 @@ func BenchmarkPlaceSlice(b *testing.B) {
 	for i := 0; i < 500; i++ {
 		var free []int
 		for s := 0; s < 8; s++ {
-			if (i+s)%3 != 0 {
+			if i%5 == 0 || (i+s)%3 != 0 {
 				free = append(free, s)
 			}
 		}
 		nodes = append(nodes, node(fmt.Sprintf("n%03d", i), 8-len(free), free...))
 	}
-	for _, gpus := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("gpus=%d/nodes=500", gpus), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				if o := PlaceSlice(Request{GPUs: gpus}, nodes); len(o.Choices) == 0 && gpus < 4 {
+	for _, gpus := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("gpus=%d/nodes=500x8", gpus), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := PlaceSlice(Request{GPUs: gpus}, nodes); len(o.Choices) == 0 {
 					b.Fatal("no placement")
 				}
 			}
