@@ -3,8 +3,10 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,42 +14,76 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
+// Catalog endpoints: SKUs (products) and OS images. Request shape is validated here with
+// messages an operator can act on; the schema re-checks enums and the digest rule.
+
 var (
-	slugRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,94}$`)
-	digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	enums    = map[string]map[string]bool{
-		"target":          {"baremetal": true, "vm_slice": true},
-		"family":          {"ubuntu": true, "rocky": true, "debian": true, "custom": true},
-		"architecture":    {"amd64": true, "arm64": true},
-		"image_format":    {"maas": true, "qcow2": true, "raw": true, "oci": true},
-		"source_type":     {"maas": true, "platform_storage": true, "oci_artifact": true, "http": true},
-		"driver_strategy": {"none": true, "preinstalled_nvidia": true, "preinstalled_rocm": true, "install_on_boot": true},
-		"accel_vendor":    {"": true, "nvidia": true, "amd": true, "any": true},
-		"image_fabric":    {"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true, "any": true},
+	skuRE        = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
+	slugRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,94}$`)
+	uuidShapedRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	digestRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	currencyRE   = regexp.MustCompile(`^[A-Z]{3}$`)
+	// default_username goes into cloud-init: a plain POSIX login name.
+	usernameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+	// enums mirror the CHECK constraints of migrations/001_core.sql; "" (absent) is allowed
+	// only where the column is nullable.
+	enums = map[string][]string{
+		"target":          {"baremetal", "vm_slice"},
+		"family":          {"ubuntu", "rocky", "debian", "custom"},
+		"architecture":    {"amd64", "arm64"},
+		"image_format":    {"maas", "qcow2", "raw", "oci"},
+		"source_type":     {"maas", "platform_storage", "oci_artifact", "http"},
+		"driver_strategy": {"none", "preinstalled_nvidia", "preinstalled_rocm", "install_on_boot"},
+		"accel_vendor":    {"", "nvidia", "amd", "any"},
+		"image_fabric":    {"", "infiniband", "roce", "ethernet", "none", "any"},
+		"sku_fabric":      {"infiniband", "roce", "ethernet", "none"},
+		"topology_policy": {"any", "numa_preferred", "numa_required", "full_host"},
 	}
 )
 
-func oneOf(field, v string, set string) error {
-	if !enums[set][v] {
-		var keys []string
-		for k := range enums[set] {
-			if k != "" {
-				keys = append(keys, k)
-			}
-		}
-		return errInvalid("%s %q is not one of %v", field, v, keys)
+const (
+	maxDisplayName = 128
+	maxSourceRef   = 2048
+	digestRequired = "digest_sha256 is required: images are immutable artifacts identified by digest"
+	digestFormat   = "digest_sha256 must be 64 lowercase hex characters (a sha256 digest)"
+)
+
+// oneOf checks v against the named enum and names the allowed values when it is not in it.
+func oneOf(field, v, set string) error {
+	allowed := enums[set]
+	if slices.Contains(allowed, v) {
+		return nil
 	}
-	return nil
+	var names []string
+	for _, a := range allowed {
+		if a != "" {
+			names = append(names, a)
+		}
+	}
+	if v == "" {
+		return errInvalid("%s is required (one of %s)", field, strings.Join(names, ", "))
+	}
+	return errInvalid("%s %q is not one of %s", field, v, strings.Join(names, ", "))
 }
 
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// isObject reports whether raw is a JSON object (absent or null counts as the empty object).
 func isObject(raw json.RawMessage) bool {
-	if len(raw) == 0 || string(raw) == "null" {
+	if isNull(raw) {
 		return true
 	}
-	var m map[string]any
+	var m map[string]json.RawMessage
 	return json.Unmarshal(raw, &m) == nil && m != nil
 }
 
+// ---- SKUs ----
+
+// listSKUs serves GET /api/v1/skus (active products, any caller) and GET /api/v1/admin/skus
+// (every product, admins).
 func (s *Server) listSKUs(w http.ResponseWriter, r *http.Request, p Principal) error {
 	all := p.IsAdmin() && strings.HasPrefix(r.URL.Path, "/api/v1/admin/")
 	items, err := s.store.ListSKUs(r.Context(), !all)
@@ -58,9 +94,72 @@ func (s *Server) listSKUs(w http.ResponseWriter, r *http.Request, p Principal) e
 	return nil
 }
 
+// validateResourceProfile checks a SKU resource_profile: a JSON object whose slice_vm_profiles
+// (if any) have positive gpu_count (at most gpusTotal), vcpu_count and memory_mib, whose
+// default_slice_vm_profile names one of them (and is required for gpu_slice SKUs, which
+// cannot place without it), and whose topology_policy maps GPU counts to known policies.
+func validateResourceProfile(raw json.RawMessage, shape string, gpusTotal int) error {
+	if !isObject(raw) {
+		return errInvalid("resource_profile must be a JSON object")
+	}
+	var top map[string]json.RawMessage
+	if !isNull(raw) {
+		_ = json.Unmarshal(raw, &top)
+	}
+	var def string
+	if v, ok := top["default_slice_vm_profile"]; ok && !isNull(v) {
+		if json.Unmarshal(v, &def) != nil || def == "" {
+			return errInvalid("resource_profile.default_slice_vm_profile must be a non-empty string")
+		}
+	}
+	profiles := map[string]json.RawMessage{}
+	if v, ok := top["slice_vm_profiles"]; ok && !isNull(v) {
+		if !isObject(v) || json.Unmarshal(v, &profiles) != nil {
+			return errInvalid("resource_profile.slice_vm_profiles must be an object of named profiles")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		var prof struct {
+			GPUCount  int `json:"gpu_count"`
+			VCPUCount int `json:"vcpu_count"`
+			MemoryMiB int `json:"memory_mib"`
+		}
+		if !isObject(profiles[name]) || isNull(profiles[name]) || json.Unmarshal(profiles[name], &prof) != nil ||
+			prof.GPUCount <= 0 || prof.VCPUCount <= 0 || prof.MemoryMiB <= 0 {
+			return errInvalid("resource_profile.slice_vm_profiles.%s needs positive integer gpu_count, vcpu_count and memory_mib", name)
+		}
+		if prof.GPUCount > gpusTotal {
+			return errInvalid("resource_profile.slice_vm_profiles.%s has gpu_count %d but the SKU has %d GPUs", name, prof.GPUCount, gpusTotal)
+		}
+	}
+	if def != "" {
+		if _, ok := profiles[def]; !ok {
+			return errInvalid("resource_profile.default_slice_vm_profile %q is not in slice_vm_profiles", def)
+		}
+	} else if shape == "gpu_slice" {
+		return errInvalid("a gpu_slice SKU needs resource_profile.default_slice_vm_profile naming one of slice_vm_profiles")
+	}
+	if v, ok := top["topology_policy"]; ok && !isNull(v) {
+		var tp map[string]string
+		if json.Unmarshal(v, &tp) != nil {
+			return errInvalid("resource_profile.topology_policy must map GPU counts to policy names")
+		}
+		for _, k := range slices.Sorted(maps.Keys(tp)) {
+			if n, err := strconv.Atoi(k); err != nil || n <= 0 {
+				return errInvalid("resource_profile.topology_policy keys are GPU counts, got %q", k)
+			}
+			if err := oneOf("resource_profile.topology_policy["+k+"]", tp[k], "topology_policy"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// validateSKUPatch checks the fields set in p against the SKU they will apply to.
 func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
-	if p.DisplayName != nil && (*p.DisplayName == "" || len(*p.DisplayName) > 128) {
-		return errInvalid("display_name must be 1..128 characters")
+	if p.DisplayName != nil && (strings.TrimSpace(*p.DisplayName) == "" || len(*p.DisplayName) > maxDisplayName) {
+		return errInvalid("display_name must be 1..%d characters", maxDisplayName)
 	}
 	if p.AllowedGPUCounts != nil {
 		if len(p.AllowedGPUCounts) == 0 {
@@ -68,52 +167,66 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 		}
 		for i, c := range p.AllowedGPUCounts {
 			if c <= 0 || c > cur.GPUsTotal || (i > 0 && c <= p.AllowedGPUCounts[i-1]) {
-				return errInvalid("allowed_gpu_counts must be strictly increasing, each 1..%d", cur.GPUsTotal)
+				return errInvalid("allowed_gpu_counts must be strictly increasing, each 1..%d (gpus_total), got %v",
+					cur.GPUsTotal, p.AllowedGPUCounts)
 			}
+		}
+		if cur.CapacityShape == "baremetal" && (len(p.AllowedGPUCounts) != 1 || p.AllowedGPUCounts[0] != cur.GPUsTotal) {
+			return errInvalid("a baremetal SKU sells the whole node: allowed_gpu_counts must be [%d]", cur.GPUsTotal)
 		}
 	}
 	if p.GPUHourlyPriceMinor != nil && *p.GPUHourlyPriceMinor < 0 {
 		return errInvalid("gpu_hourly_price_minor must be >= 0")
 	}
-	if p.ResourceProfile != nil && len(*p.ResourceProfile) > 0 && string(*p.ResourceProfile) != "null" {
-		var rp struct {
-			Default  string `json:"default_slice_vm_profile"`
-			Profiles map[string]struct {
-				GPUCount  int `json:"gpu_count"`
-				VCPUCount int `json:"vcpu_count"`
-				MemoryMiB int `json:"memory_mib"`
-			} `json:"slice_vm_profiles"`
-			TopologyPolicy map[string]string `json:"topology_policy"`
-		}
-		if !isObject(*p.ResourceProfile) || json.Unmarshal(*p.ResourceProfile, &rp) != nil {
-			return errInvalid("resource_profile must be a JSON object with the documented keys")
-		}
-		for name, prof := range rp.Profiles {
-			if prof.GPUCount <= 0 || prof.VCPUCount <= 0 || prof.MemoryMiB <= 0 {
-				return errInvalid("slice_vm_profiles.%s needs positive gpu_count, vcpu_count and memory_mib", name)
-			}
-		}
-		if _, ok := rp.Profiles[rp.Default]; rp.Default != "" && !ok {
-			return errInvalid("default_slice_vm_profile %q is not in slice_vm_profiles", rp.Default)
-		}
-		for k, v := range rp.TopologyPolicy {
-			if _, err := strconv.Atoi(k); err != nil {
-				return errInvalid("topology_policy keys are GPU counts, got %q", k)
-			}
-			switch v {
-			case "any", "numa_preferred", "numa_required", "full_host":
-			default:
-				return errInvalid("topology_policy[%s] %q must be any, numa_preferred, numa_required or full_host", k, v)
-			}
+	if p.ResourceProfile != nil {
+		if err := validateResourceProfile(*p.ResourceProfile, cur.CapacityShape, cur.GPUsTotal); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// skuChanges describes a patch for the audit log: each field set, before and after.
+func skuChanges(cur apiv1.SKU, p apiv1.SKUPatch) map[string]any {
+	ch := map[string]any{}
+	add := func(field string, from, to any) { ch[field] = map[string]any{"from": from, "to": to} }
+	if p.DisplayName != nil {
+		add("display_name", cur.DisplayName, *p.DisplayName)
+	}
+	if p.AllowedGPUCounts != nil {
+		add("allowed_gpu_counts", cur.AllowedGPUCounts, p.AllowedGPUCounts)
+	}
+	if p.GPUHourlyPriceMinor != nil {
+		add("gpu_hourly_price_minor", cur.GPUHourlyPriceMinor, *p.GPUHourlyPriceMinor)
+	}
+	if p.ResourceProfile != nil {
+		add("resource_profile", json.RawMessage(jsonOrEmpty(cur.ResourceProfile)), json.RawMessage(jsonOrEmpty(*p.ResourceProfile)))
+	}
+	if p.Active != nil {
+		add("active", cur.Active, *p.Active)
+	}
+	return ch
+}
+
+func jsonOrEmpty(raw json.RawMessage) json.RawMessage {
+	if isNull(raw) {
+		return json.RawMessage("{}")
+	}
+	return raw
+}
+
+// patchSKU serves PATCH /api/v1/admin/skus/{sku}.
 func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req apiv1.SKUPatch
 	if err := decode(w, r, &req); err != nil {
 		return err
+	}
+	if req.DisplayName == nil && req.AllowedGPUCounts == nil && req.GPUHourlyPriceMinor == nil &&
+		req.ResourceProfile == nil && req.Active == nil {
+		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active")
+	}
+	if req.ResourceProfile != nil && isNull(*req.ResourceProfile) {
+		return errInvalid("resource_profile cannot be null; send {} to clear it")
 	}
 	name := r.PathValue("sku")
 	var out apiv1.SKU
@@ -122,13 +235,15 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 		if err != nil {
 			return err
 		}
+		// gpus_total and capacity_shape are immutable, so validating against this read holds
+		// even though PatchSKU takes the row lock afterwards.
 		if err := validateSKUPatch(cur, req); err != nil {
 			return err
 		}
 		if out, err = tx.PatchSKU(r.Context(), name, req); err != nil {
 			return err
 		}
-		return tx.Audit(r.Context(), audit(r, p, "sku.patch", "sku", name, req))
+		return tx.Audit(r.Context(), audit(r, p, "sku.patch", "sku", name, map[string]any{"changes": skuChanges(cur, req)}))
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound("SKU " + name + " not found")
@@ -140,8 +255,7 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 	return nil
 }
 
-var skuRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
-
+// createSKU serves POST /api/v1/admin/skus.
 func (s *Server) createSKU(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req apiv1.SKU
 	if err := decode(w, r, &req); err != nil {
@@ -162,27 +276,19 @@ func (s *Server) createSKU(w http.ResponseWriter, r *http.Request, p Principal) 
 	if req.NetworkFabric == "" {
 		req.NetworkFabric = "none"
 	}
-	if err := oneOf("network_fabric", req.NetworkFabric, "image_fabric"); err != nil || req.NetworkFabric == "any" {
-		return errInvalid("network_fabric must be infiniband, roce, ethernet or none")
+	if err := oneOf("network_fabric", req.NetworkFabric, "sku_fabric"); err != nil {
+		return err
 	}
-	if req.Currency != "" && !regexp.MustCompile(`^[A-Z]{3}$`).MatchString(req.Currency) {
+	if req.Currency != "" && !currencyRE.MatchString(req.Currency) {
 		return errInvalid("currency must be an ISO 4217 code such as USD")
 	}
 	if req.CapacityShape == "baremetal" && (len(req.AllowedGPUCounts) != 1 || req.AllowedGPUCounts[0] != req.GPUsTotal) {
 		return errInvalid("a baremetal SKU sells the whole node: allowed_gpu_counts must be [gpus_total]")
 	}
 	rp := req.ResourceProfile
-	if err := validateSKUPatch(req, apiv1.SKUPatch{AllowedGPUCounts: orEmpty(req.AllowedGPUCounts),
+	if err := validateSKUPatch(req, apiv1.SKUPatch{DisplayName: &req.DisplayName, AllowedGPUCounts: orEmpty(req.AllowedGPUCounts),
 		GPUHourlyPriceMinor: &req.GPUHourlyPriceMinor, ResourceProfile: &rp}); err != nil {
 		return err
-	}
-	if req.CapacityShape == "gpu_slice" {
-		var prof struct {
-			Default string `json:"default_slice_vm_profile"`
-		}
-		if json.Unmarshal(rp, &prof) != nil || prof.Default == "" {
-			return errInvalid("a gpu_slice SKU needs resource_profile.default_slice_vm_profile and slice_vm_profiles")
-		}
 	}
 	var out apiv1.SKU
 	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
@@ -207,9 +313,22 @@ func orEmpty(v []int) []int {
 	return v
 }
 
+// ---- OS images ----
+
+// listImages serves GET /api/v1/admin/os-images?target=&active=&family=&accelerator_vendor=&network_fabric=.
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request, _ Principal) error {
 	q := r.URL.Query()
-	f := store.ImageFilter{Target: q.Get("target"), Family: q.Get("family")}
+	f := store.ImageFilter{Target: q.Get("target"), Family: q.Get("family"),
+		AcceleratorVendor: q.Get("accelerator_vendor"), NetworkFabric: q.Get("network_fabric")}
+	for _, c := range [][3]string{{"target", f.Target, "target"}, {"family", f.Family, "family"},
+		{"accelerator_vendor", f.AcceleratorVendor, "accel_vendor"}, {"network_fabric", f.NetworkFabric, "image_fabric"}} {
+		if c[1] == "" {
+			continue
+		}
+		if err := oneOf(c[0], c[1], c[2]); err != nil {
+			return err
+		}
+	}
 	if v := q.Get("active"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -225,15 +344,64 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request, _ Principal)
 	return nil
 }
 
+// validateCompatibility checks compatibility_metadata: a JSON object whose compatible_skus,
+// if present, is a list of SKU names (image resolution matches allocations against it).
+func validateCompatibility(raw json.RawMessage) error {
+	if !isObject(raw) {
+		return errInvalid("compatibility_metadata must be a JSON object")
+	}
+	if isNull(raw) {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m)
+	if v, ok := m["compatible_skus"]; ok {
+		var skus []string
+		if json.Unmarshal(v, &skus) != nil || skus == nil {
+			return errInvalid("compatibility_metadata.compatible_skus must be a list of SKU names")
+		}
+		for _, s := range skus {
+			if !skuRE.MatchString(s) {
+				return errInvalid("compatibility_metadata.compatible_skus: %q is not a SKU name", s)
+			}
+		}
+	}
+	return nil
+}
+
+func validateDigest(d string) error {
+	if d == "" {
+		return errInvalid(digestRequired)
+	}
+	if !digestRE.MatchString(d) {
+		return errInvalid(digestFormat)
+	}
+	return nil
+}
+
+func validateSourceRef(ref string) error {
+	if strings.TrimSpace(ref) == "" {
+		return errInvalid("source_ref is required (where the artifact is fetched from)")
+	}
+	if len(ref) > maxSourceRef {
+		return errInvalid("source_ref is longer than %d characters", maxSourceRef)
+	}
+	return nil
+}
+
+// validateImage checks a create request.
 func validateImage(im apiv1.OSImage) error {
 	if !slugRE.MatchString(im.Slug) {
 		return errInvalid("slug must match %s", slugRE)
 	}
-	if im.DisplayName == "" || im.Version == "" || im.DefaultUsername == "" || im.SourceRef == "" {
-		return errInvalid("display_name, version, default_username and source_ref are required")
+	if uuidShapedRE.MatchString(im.Slug) {
+		return errInvalid("slug must not look like a UUID: images are addressed by id or slug")
 	}
-	if len(im.SourceRef) > 2048 {
-		return errInvalid("source_ref is longer than 2048 characters")
+	if strings.TrimSpace(im.DisplayName) == "" || len(im.DisplayName) > maxDisplayName {
+		return errInvalid("display_name must be 1..%d characters", maxDisplayName)
+	}
+	if strings.TrimSpace(im.Version) == "" || len(im.Version) > 64 {
+		return errInvalid("version must be 1..64 characters")
 	}
 	for _, c := range [][3]string{{"target", im.Target, "target"}, {"family", im.Family, "family"},
 		{"architecture", im.Architecture, "architecture"}, {"image_format", im.ImageFormat, "image_format"},
@@ -243,21 +411,37 @@ func validateImage(im apiv1.OSImage) error {
 			return err
 		}
 	}
-	if im.DigestSHA256 == "" {
-		return errInvalid("digest_sha256 is required: images are immutable artifacts identified by digest")
+	if im.Target == "vm_slice" && im.ImageFormat != "qcow2" && im.ImageFormat != "raw" {
+		return errInvalid("a vm_slice image is cloned onto the slice disk: image_format must be qcow2 or raw, not %s", im.ImageFormat)
 	}
-	if !digestRE.MatchString(im.DigestSHA256) {
-		return errInvalid("digest_sha256 must be 64 lowercase hex characters")
+	if im.Target == "vm_slice" && im.SourceType == "maas" {
+		return errInvalid("a vm_slice image cannot come from MAAS: source_type must be platform_storage, oci_artifact or http")
+	}
+	if err := validateSourceRef(im.SourceRef); err != nil {
+		return err
+	}
+	if err := validateDigest(im.DigestSHA256); err != nil {
+		return err
 	}
 	if im.SizeBytes != nil && *im.SizeBytes <= 0 {
 		return errInvalid("size_bytes must be positive")
 	}
-	if !isObject(im.CompatibilityMetadata) {
-		return errInvalid("compatibility_metadata must be a JSON object")
+	if strings.TrimSpace(im.DefaultUsername) == "" {
+		return errInvalid("default_username is required (the login cloud-init creates)")
+	}
+	if !usernameRE.MatchString(im.DefaultUsername) {
+		return errInvalid("default_username must match %s", usernameRE)
+	}
+	if err := validateCompatibility(im.CompatibilityMetadata); err != nil {
+		return err
+	}
+	if im.IsDefault && !im.Active {
+		return errInvalid("is_default requires an active image")
 	}
 	return nil
 }
 
+// createImage serves POST /api/v1/admin/os-images.
 func (s *Server) createImage(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req apiv1.OSImage
 	if err := decode(w, r, &req); err != nil {
@@ -272,8 +456,9 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request, p Principal
 		if out, err = tx.CreateImage(r.Context(), req); err != nil {
 			return err
 		}
-		return tx.Audit(r.Context(), audit(r, p, "os_image.create", "os_image", out.ID,
-			map[string]any{"slug": out.Slug, "digest_sha256": out.DigestSHA256, "source_ref": out.SourceRef}))
+		return tx.Audit(r.Context(), audit(r, p, "os_image.create", "os_image", out.ID, map[string]any{
+			"slug": out.Slug, "target": out.Target, "version": out.Version, "digest_sha256": out.DigestSHA256,
+			"source_type": out.SourceType, "source_ref": out.SourceRef, "active": out.Active, "is_default": out.IsDefault}))
 	})
 	if err != nil {
 		return err
@@ -282,10 +467,12 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request, p Principal
 	return nil
 }
 
+// getImage serves GET /api/v1/admin/os-images/{id} (id or slug).
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	out, err := s.store.GetImage(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	out, err := s.store.GetImage(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		return errNotFound("image " + r.PathValue("id") + " not found")
+		return errNotFound("image " + id + " not found")
 	}
 	if err != nil {
 		return err
@@ -294,43 +481,74 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request, _ Principal) e
 	return nil
 }
 
+// validateImagePatch checks the fields set in p on their own.
+func validateImagePatch(p apiv1.OSImagePatch) error {
+	if p.DisplayName == nil && p.SourceRef == nil && p.DigestSHA256 == nil && p.SizeBytes == nil &&
+		p.CompatibilityMetadata == nil && p.IsDefault == nil && p.Active == nil {
+		return errInvalid("empty patch: set at least one of display_name, source_ref, digest_sha256, size_bytes, compatibility_metadata, is_default, active")
+	}
+	if p.DisplayName != nil && (strings.TrimSpace(*p.DisplayName) == "" || len(*p.DisplayName) > maxDisplayName) {
+		return errInvalid("display_name must be 1..%d characters", maxDisplayName)
+	}
+	if p.SourceRef != nil {
+		if err := validateSourceRef(*p.SourceRef); err != nil {
+			return err
+		}
+	}
+	if p.DigestSHA256 != nil && !digestRE.MatchString(*p.DigestSHA256) {
+		return errInvalid(digestFormat)
+	}
+	if p.SizeBytes != nil && *p.SizeBytes <= 0 {
+		return errInvalid("size_bytes must be positive")
+	}
+	if p.CompatibilityMetadata != nil {
+		if isNull(*p.CompatibilityMetadata) {
+			return errInvalid("compatibility_metadata cannot be null; send {} to clear it")
+		}
+		if err := validateCompatibility(*p.CompatibilityMetadata); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// imageChanges describes a patch for the audit log: each field set, before and after.
+func imageChanges(cur apiv1.OSImage, p apiv1.OSImagePatch) map[string]any {
+	ch := map[string]any{}
+	add := func(field string, from, to any) { ch[field] = map[string]any{"from": from, "to": to} }
+	if p.DisplayName != nil {
+		add("display_name", cur.DisplayName, *p.DisplayName)
+	}
+	if p.SourceRef != nil {
+		add("source_ref", cur.SourceRef, *p.SourceRef)
+	}
+	if p.DigestSHA256 != nil {
+		add("digest_sha256", cur.DigestSHA256, *p.DigestSHA256)
+	}
+	if p.SizeBytes != nil {
+		add("size_bytes", cur.SizeBytes, *p.SizeBytes)
+	}
+	if p.CompatibilityMetadata != nil {
+		add("compatibility_metadata", jsonOrEmpty(cur.CompatibilityMetadata), jsonOrEmpty(*p.CompatibilityMetadata))
+	}
+	if p.IsDefault != nil {
+		add("is_default", cur.IsDefault, *p.IsDefault)
+	}
+	if p.Active != nil {
+		add("active", cur.Active, *p.Active)
+	}
+	return ch
+}
+
+// patchImage serves PATCH /api/v1/admin/os-images/{id}.
 func (s *Server) patchImage(w http.ResponseWriter, r *http.Request, p Principal) error {
 	var req apiv1.OSImagePatch
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	if req.DigestSHA256 != nil && !digestRE.MatchString(*req.DigestSHA256) {
-		return errInvalid("digest_sha256 must be 64 lowercase hex characters")
-	}
-	if req.CompatibilityMetadata != nil && !isObject(*req.CompatibilityMetadata) {
-		return errInvalid("compatibility_metadata must be a JSON object")
-	}
-	if req.SourceRef != nil && (*req.SourceRef == "" || len(*req.SourceRef) > 2048) {
-		return errInvalid("source_ref must be 1..2048 characters")
-	}
-	var out apiv1.OSImage
-	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		var err error
-		if out, err = tx.PatchImage(r.Context(), r.PathValue("id"), req); err != nil {
-			return err
-		}
-		if out.Active && out.DigestSHA256 == "" {
-			return errInvalid("an image without digest_sha256 cannot be active")
-		}
-		return tx.Audit(r.Context(), audit(r, p, "os_image.patch", "os_image", out.ID, req))
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return errNotFound("image " + r.PathValue("id") + " not found")
-	}
-	if err != nil {
+	if err := validateImagePatch(req); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, p Principal) error {
-	hard := r.URL.Query().Get("hard") == "true"
 	id := r.PathValue("id")
 	var out apiv1.OSImage
 	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
@@ -338,24 +556,74 @@ func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, p Principal
 		if err != nil {
 			return err
 		}
-		action := "os_image.retire"
-		if hard {
-			action = "os_image.delete"
-			err = tx.HardDeleteImage(r.Context(), id)
-		} else {
-			err = tx.RetireImage(r.Context(), id)
+		active, digest := cur.Active, cur.DigestSHA256
+		if req.Active != nil {
+			active = *req.Active
 		}
+		if req.DigestSHA256 != nil {
+			digest = *req.DigestSHA256
+		}
+		if active && digest == "" {
+			return errInvalid("image %s has no digest_sha256 and cannot be active: %s", cur.Slug, digestRequired)
+		}
+		if req.IsDefault != nil && *req.IsDefault && !active {
+			return errInvalid("is_default requires an active image (image %s is inactive)", cur.Slug)
+		}
+		// The schema re-checks the digest rule against the locked row (a concurrent patch).
+		if out, err = tx.PatchImage(r.Context(), cur.ID, req); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "os_image.patch", "os_image", out.ID,
+			map[string]any{"slug": out.Slug, "changes": imageChanges(cur, req)}))
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("image " + id + " not found")
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// deleteImage serves DELETE /api/v1/admin/os-images/{id}: it retires the image (idempotent;
+// running allocations keep their snapshot), or with ?hard=true deletes one that no allocation
+// ever referenced (409 otherwise). The response is the image as it is now (retire) or as it
+// was (hard delete).
+func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, p Principal) error {
+	hard := false
+	if v := r.URL.Query().Get("hard"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errInvalid("hard must be true or false")
+		}
+		hard = b
+	}
+	id := r.PathValue("id")
+	var out apiv1.OSImage
+	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+		cur, err := tx.GetImage(r.Context(), id)
 		if err != nil {
 			return err
 		}
-		if !hard {
-			if out, err = tx.GetImage(r.Context(), id); err != nil {
+		details := map[string]any{"slug": cur.Slug, "digest_sha256": cur.DigestSHA256, "source_ref": cur.SourceRef}
+		action := "os_image.retire"
+		if hard {
+			action = "os_image.delete"
+			if err := tx.HardDeleteImage(r.Context(), cur.ID); err != nil {
 				return err
 			}
-		} else {
 			out = cur
+		} else {
+			details["already_retired"] = cur.RetiredAt != nil && !cur.Active
+			if err := tx.RetireImage(r.Context(), cur.ID); err != nil {
+				return err
+			}
+			if out, err = tx.GetImage(r.Context(), cur.ID); err != nil {
+				return err
+			}
 		}
-		return tx.Audit(r.Context(), audit(r, p, action, "os_image", cur.ID, map[string]any{"slug": cur.Slug}))
+		return tx.Audit(r.Context(), audit(r, p, action, "os_image", cur.ID, details))
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound("image " + id + " not found")

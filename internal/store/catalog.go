@@ -4,11 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
+
+// The product catalog (sku_catalog) and the OS image catalog (os_images). Reads are on
+// *Store and *Tx through one querier-based helper each; mutations are on *Tx only, so the
+// caller writes the audit record in the same transaction. Validation of request shape lives
+// at the API boundary; the schema re-checks enums, the digest format and the rule that an
+// image without a digest is never active.
 
 const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total, allowed_gpu_counts,
 	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at`
@@ -30,6 +37,7 @@ func (s *Store) ListSKUs(ctx context.Context, activeOnly bool) ([]apiv1.SKU, err
 	return queryAll(ctx, s.pool, scanSKU, `SELECT `+skuColumns+` FROM sku_catalog WHERE active OR NOT $1 ORDER BY sku`, activeOnly)
 }
 
+// getSKU reads one SKU; lock takes the row FOR UPDATE (only meaningful inside a transaction).
 func getSKU(ctx context.Context, q querier, sku string, lock bool) (apiv1.SKU, error) {
 	var out apiv1.SKU
 	sql := `SELECT ` + skuColumns + ` FROM sku_catalog WHERE sku = $1`
@@ -39,7 +47,7 @@ func getSKU(ctx context.Context, q querier, sku string, lock bool) (apiv1.SKU, e
 	return out, translate(scanSKU(q.QueryRow(ctx, sql, sku), &out))
 }
 
-// GetSKU returns one SKU.
+// GetSKU returns one SKU (ErrNotFound if there is none by that name).
 func (s *Store) GetSKU(ctx context.Context, sku string) (apiv1.SKU, error) {
 	return getSKU(ctx, s.pool, sku, false)
 }
@@ -65,7 +73,8 @@ func (t *Tx) CreateSKU(ctx context.Context, in apiv1.SKU) (apiv1.SKU, error) {
 	return getSKU(ctx, t.tx, in.SKU, false)
 }
 
-// PatchSKU updates mutable SKU fields (validated by the caller).
+// PatchSKU updates the mutable SKU fields set in p (validated by the caller). The row is
+// locked first, so concurrent patches apply one after the other.
 func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.SKU, error) {
 	cur, err := getSKU(ctx, t.tx, sku, true)
 	if err != nil {
@@ -88,7 +97,7 @@ func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.
 	}
 	_, err = t.tx.Exec(ctx, `UPDATE sku_catalog SET display_name = $2, allowed_gpu_counts = $3, gpu_hourly_price_minor = $4,
 		resource_profile = $5, active = $6, updated_at = now() WHERE sku = $1`,
-		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, []byte(cur.ResourceProfile), cur.Active)
+		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active)
 	if err != nil {
 		return cur, translate(err)
 	}
@@ -107,34 +116,56 @@ func scanImage(row pgx.Row, i *apiv1.OSImage) error {
 		&i.IsDefault, &i.Active, &i.CreatedAt, &i.UpdatedAt, &i.RetiredAt)
 }
 
-// ImageFilter narrows ListImages.
+// ImageFilter narrows ListImages; zero values do not filter. AcceleratorVendor and
+// NetworkFabric match the column exactly ("any" lists images declared for any vendor/fabric).
 type ImageFilter struct {
-	Target string
-	Family string
-	Active *bool
+	Target            string
+	Active            *bool
+	Family            string
+	AcceleratorVendor string
+	NetworkFabric     string
 }
 
-// ListImages returns images by slug.
+// ListImages returns images ordered by slug.
 func (s *Store) ListImages(ctx context.Context, f ImageFilter) ([]apiv1.OSImage, error) {
 	return queryAll(ctx, s.pool, scanImage, `SELECT `+imageColumns+` FROM os_images
 		WHERE ($1 = '' OR target = $1) AND ($2 = '' OR family = $2) AND ($3::bool IS NULL OR active = $3)
-		ORDER BY slug`, f.Target, f.Family, f.Active)
+		  AND ($4 = '' OR accelerator_vendor = $4) AND ($5 = '' OR network_fabric = $5)
+		ORDER BY slug`, f.Target, f.Family, f.Active, f.AcceleratorVendor, f.NetworkFabric)
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// imageWhere is the predicate finding an image by id or slug ($1): a UUID-shaped key is looked
+// up by primary key, anything else by slug, so both paths use an index. The API refuses
+// UUID-shaped slugs, so the two never collide.
+func imageWhere(idOrSlug string) string {
+	if uuidRE.MatchString(idOrSlug) {
+		return `id = $1::uuid`
+	}
+	return `slug = $1`
 }
 
 func getImage(ctx context.Context, q querier, idOrSlug string, lock bool) (apiv1.OSImage, error) {
 	var out apiv1.OSImage
-	sql := `SELECT ` + imageColumns + ` FROM os_images WHERE slug = $1 OR id::text = $1`
+	sql := `SELECT ` + imageColumns + ` FROM os_images WHERE ` + imageWhere(idOrSlug)
 	if lock {
 		sql += ` FOR UPDATE`
 	}
 	return out, translate(scanImage(q.QueryRow(ctx, sql, idOrSlug), &out))
 }
 
-// GetImage finds an image by id or slug.
+// GetImage finds an image by id (UUID) or slug.
 func (s *Store) GetImage(ctx context.Context, idOrSlug string) (apiv1.OSImage, error) {
 	return getImage(ctx, s.pool, idOrSlug, false)
 }
 
+// GetImage inside a transaction.
+func (t *Tx) GetImage(ctx context.Context, idOrSlug string) (apiv1.OSImage, error) {
+	return getImage(ctx, t.tx, idOrSlug, false)
+}
+
+// jsonObject stores an absent or null JSON document as the empty object.
 func jsonObject(raw json.RawMessage) []byte {
 	if len(raw) == 0 || string(raw) == "null" {
 		return []byte("{}")
@@ -143,7 +174,13 @@ func jsonObject(raw json.RawMessage) []byte {
 }
 
 // CreateImage inserts an image (validated by the caller; the schema re-checks enums and digest).
+// IsDefault makes it the one default image of its target.
 func (t *Tx) CreateImage(ctx context.Context, im apiv1.OSImage) (apiv1.OSImage, error) {
+	if im.IsDefault {
+		if err := t.lockDefaults(ctx, im.Target); err != nil {
+			return apiv1.OSImage{}, err
+		}
+	}
 	var id string
 	err := t.tx.QueryRow(ctx, `INSERT INTO os_images (slug, display_name, version, target, family, architecture,
 			accelerator_vendor, network_fabric, image_format, source_type, source_ref, digest_sha256, size_bytes,
@@ -157,21 +194,47 @@ func (t *Tx) CreateImage(ctx context.Context, im apiv1.OSImage) (apiv1.OSImage, 
 		return apiv1.OSImage{}, translate(err)
 	}
 	if im.IsDefault {
-		if err := t.setDefaultImage(ctx, id); err != nil {
+		if err := t.setDefaultImage(ctx, id, im.Target); err != nil {
 			return apiv1.OSImage{}, err
 		}
 	}
 	return getImage(ctx, t.tx, id, false)
 }
 
-func (t *Tx) setDefaultImage(ctx context.Context, id string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE os_images SET is_default = (id = $1), updated_at = now()
-		WHERE target = (SELECT target FROM os_images WHERE id = $1) AND (is_default OR id = $1)`, id)
+// lockDefaults takes the transaction-scoped advisory lock that serializes default-image changes
+// of one target. Without it two transactions marking different images could each miss the
+// other's uncommitted marker and leave two defaults. Take it before locking any os_images row:
+// a holder updates the previous default's row, so waiting for it while holding a row lock
+// could deadlock.
+func (t *Tx) lockDefaults(ctx context.Context, target string) error {
+	_, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('gpuaas.os_images.default'), hashtext($1))`, target)
 	return translate(err)
 }
 
-// PatchImage updates mutable image fields.
+// setDefaultImage makes image id the only is_default image of its target.
+func (t *Tx) setDefaultImage(ctx context.Context, id, target string) error {
+	if err := t.lockDefaults(ctx, target); err != nil { // re-entrant if already held
+		return err
+	}
+	// A fresh statement after the lock: it sees defaults committed by whoever held it before.
+	_, err := t.tx.Exec(ctx, `UPDATE os_images SET is_default = (id = $1), updated_at = now()
+		WHERE target = $2 AND (is_default OR id = $1)`, id, target)
+	return translate(err)
+}
+
+// PatchImage updates the mutable image fields set in p. Activating an image clears retired_at;
+// the schema refuses to activate one without a digest (ErrInvalid).
 func (t *Tx) PatchImage(ctx context.Context, idOrSlug string, p apiv1.OSImagePatch) (apiv1.OSImage, error) {
+	if p.IsDefault != nil && *p.IsDefault {
+		// target is immutable, so an unlocked read names the right lock.
+		pre, err := getImage(ctx, t.tx, idOrSlug, false)
+		if err != nil {
+			return pre, err
+		}
+		if err := t.lockDefaults(ctx, pre.Target); err != nil {
+			return pre, err
+		}
+	}
 	cur, err := getImage(ctx, t.tx, idOrSlug, true)
 	if err != nil {
 		return cur, err
@@ -193,9 +256,6 @@ func (t *Tx) PatchImage(ctx context.Context, idOrSlug string, p apiv1.OSImagePat
 	}
 	if p.Active != nil {
 		cur.Active = *p.Active
-		if cur.Active {
-			cur.RetiredAt = nil
-		}
 	}
 	_, err = t.tx.Exec(ctx, `UPDATE os_images SET display_name = $2, source_ref = $3, digest_sha256 = $4, size_bytes = $5,
 		compatibility_metadata = $6, active = $7, retired_at = CASE WHEN $7 THEN NULL ELSE retired_at END, updated_at = now()
@@ -206,21 +266,26 @@ func (t *Tx) PatchImage(ctx context.Context, idOrSlug string, p apiv1.OSImagePat
 	}
 	if p.IsDefault != nil {
 		if *p.IsDefault {
-			err = t.setDefaultImage(ctx, cur.ID)
+			err = t.setDefaultImage(ctx, cur.ID, cur.Target)
 		} else {
-			_, err = t.tx.Exec(ctx, `UPDATE os_images SET is_default = false WHERE id = $1`, cur.ID)
+			_, err = t.tx.Exec(ctx, `UPDATE os_images SET is_default = false, updated_at = now() WHERE id = $1 AND is_default`, cur.ID)
+			err = translate(err)
 		}
 		if err != nil {
-			return cur, translate(err)
+			return cur, err
 		}
 	}
 	return getImage(ctx, t.tx, cur.ID, false)
 }
 
-// RetireImage deactivates an image (idempotent). Running allocations keep their snapshot.
+// RetireImage deactivates an image and drops its default marker: active=false and retired_at
+// set on the first call only, so retiring twice is a no-op. Running allocations keep their
+// image snapshot. ErrNotFound when there is no such image.
 func (t *Tx) RetireImage(ctx context.Context, idOrSlug string) error {
 	tag, err := t.tx.Exec(ctx, `UPDATE os_images SET active = false, is_default = false,
-		retired_at = coalesce(retired_at, now()), updated_at = now() WHERE slug = $1 OR id::text = $1`, idOrSlug)
+		retired_at = coalesce(retired_at, now()),
+		updated_at = CASE WHEN retired_at IS NULL OR active OR is_default THEN now() ELSE updated_at END
+		WHERE `+imageWhere(idOrSlug), idOrSlug)
 	if err != nil {
 		return translate(err)
 	}
@@ -230,7 +295,10 @@ func (t *Tx) RetireImage(ctx context.Context, idOrSlug string) error {
 	return nil
 }
 
-// HardDeleteImage deletes an image that no allocation ever referenced.
+// HardDeleteImage deletes an image no allocation ever referenced; otherwise it fails with an
+// error wrapping ErrConflict that says how many allocations reference it (retire it instead).
+// The row lock taken first conflicts with the key-share lock an inserting allocation takes on
+// the referenced image, so a concurrent reference either is counted or fails its foreign key.
 func (t *Tx) HardDeleteImage(ctx context.Context, idOrSlug string) error {
 	cur, err := getImage(ctx, t.tx, idOrSlug, true)
 	if err != nil {
@@ -241,13 +309,13 @@ func (t *Tx) HardDeleteImage(ctx context.Context, idOrSlug string) error {
 		return translate(err)
 	}
 	if refs > 0 {
-		return &DBError{Kind: ErrConflict, Detail: fmt.Sprintf("image %s is referenced by %d allocations; retire it instead", cur.Slug, refs)}
+		noun := "allocations"
+		if refs == 1 {
+			noun = "allocation"
+		}
+		return &DBError{Kind: ErrConflict, Constraint: "allocations_os_image_id_fkey",
+			Detail: fmt.Sprintf("image %s is referenced by %d %s; retire it instead", cur.Slug, refs, noun)}
 	}
 	_, err = t.tx.Exec(ctx, `DELETE FROM os_images WHERE id = $1`, cur.ID)
 	return translate(err)
-}
-
-// GetImage inside a transaction.
-func (t *Tx) GetImage(ctx context.Context, idOrSlug string) (apiv1.OSImage, error) {
-	return getImage(ctx, t.tx, idOrSlug, false)
 }
