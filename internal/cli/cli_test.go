@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,196 +10,343 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
-	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 )
 
-// fakeAPI is a TLS server answering a few routes the way the controller does. The real
-// controller is exercised end to end by testdata/script; these tests pin the CLI's own
-// behaviour: flags, output formats, error-to-exit-code mapping.
-func fakeAPI(t *testing.T, routes map[string]func(w http.ResponseWriter, r *http.Request)) (url, caFile string, seen *[]*http.Request) {
-	t.Helper()
-	var reqs []*http.Request
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reqs = append(reqs, r.Clone(r.Context()))
-		if h, ok := routes[r.Method+" "+r.URL.Path]; ok {
-			h(w, r)
-			return
-		}
-		w.WriteHeader(404)
-		_ = json.NewEncoder(w).Encode(apiv1.Error{Code: "not_found", Message: "no route " + r.URL.Path})
-	}))
-	t.Cleanup(srv.Close)
-	caFile = filepath.Join(t.TempDir(), "ca.crt")
-	var buf bytes.Buffer
-	for _, c := range srv.TLS.Certificates[0].Certificate {
-		buf.WriteString("-----BEGIN CERTIFICATE-----\n")
-		enc := encodeB64(c)
-		for len(enc) > 64 {
-			buf.WriteString(enc[:64] + "\n")
-			enc = enc[64:]
-		}
-		buf.WriteString(enc + "\n-----END CERTIFICATE-----\n")
+var (
+	created = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	active  = time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC)
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// sampleAlloc is an active 2-GPU slice allocation as an admin sees it (node and claims).
+func sampleAlloc() apiv1.Allocation {
+	return apiv1.Allocation{
+		ID: "0c989b43-1027-4099-a9e1-70c9acad3fff", TenantID: "7d1e0f7a-tenant", SKU: "h200-sxm-slice",
+		CapacityShape: "slice", GPUs: 2, Region: "lab", Status: "active", PlacementStatus: "placed",
+		NodeID: "5b0c-node", NodeName: "h200-01",
+		Profile: apiv1.ResolvedProfile{Name: "h200_2g_48c_128g", Source: "sku_profile", GPUCount: 2, VCPUCount: 48, MemoryMiB: 131072},
+		Image:   &apiv1.ImageRef{ID: "img-1", Slug: "ubuntu-24.04-cuda", DigestSHA256: "abc123"},
+		Price:   apiv1.Price{GPUHourlyPriceMinor: 350, Currency: "USD", GPUs: 2, CapacityShape: "slice"},
+		Cost:    apiv1.Cost{BilledSeconds: 3600, AccruedMinor: 700, Currency: "USD"},
+		Claims: []apiv1.Claim{
+			{ID: "c1a1m000-aaaa", Kind: "slot", Status: "active", NodeID: "5b0c-node", SlotIndex: ptr(0), NUMANode: ptr(0),
+				PCIAddress: "0000:1b:00.0", NVMeDevice: "/dev/disk/by-id/nvme-a", FabricVF: "0000:1c:00.2", MACAddress: "52:54:00:00:00:01", PrivateIP: "10.0.0.11"},
+			{ID: "c1a1m111-bbbb", Kind: "slot", Status: "active", NodeID: "5b0c-node", SlotIndex: ptr(1), NUMANode: ptr(0),
+				PCIAddress: "0000:2b:00.0", NVMeDevice: "/dev/disk/by-id/nvme-b"},
+		},
+		CreatedAt: created, ActiveAt: &active,
 	}
-	if err := os.WriteFile(caFile, buf.Bytes(), 0o644); err != nil {
+}
+
+func TestAllocCreate(t *testing.T) {
+	t.Parallel()
+	a := sampleAlloc()
+	a.Status = "requested"
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"POST /api/v1/allocations": reply(201, a)})
+	env := fa.env(t)
+	keyFile := filepath.Join(t.TempDir(), "id.pub")
+	if err := os.WriteFile(keyFile, []byte("# mine\nssh-ed25519 AAAAC3Nza me@host\n\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return srv.URL, caFile, &reqs
-}
 
-func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	f := &Factory{IO: IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errb}, Getenv: func(k string) string { return env[k] }}
-	code := Execute(f, args)
-	return code, out.String(), errb.String()
-}
-
-func jsonReply(v any, status int) func(w http.ResponseWriter, r *http.Request) {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(v)
+	r := run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--region", "lab", "--ssh-key", keyFile)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
 	}
-}
-
-func TestAllocCreateParsesFlags(t *testing.T) {
-	var got *AllocCreateOptions
-	f := &Factory{IO: IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, Getenv: func(string) string { return "" }}
-	cmd := NewCmdAllocCreate(f, func(o *AllocCreateOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--sku", "h200-sxm-slice", "--gpus", "4", "--region", "lab", "--ssh-key", "a.pub", "--ssh-key", "b.pub"})
-	if err := cmd.Execute(); err != nil {
+	want := "ID                                    STATUS     SKU             GPUS  NODE     SLOTS  REGION  CREATED\n" +
+		"0c989b43-1027-4099-a9e1-70c9acad3fff  requested  h200-sxm-slice  2     h200-01  0,1    lab     2026-03-01 10:00:00Z\n"
+	if r.Out != want {
+		t.Fatalf("table:\n%s\nwant:\n%s", r.Out, want)
+	}
+	req := fa.last(t)
+	if req.Header.Get("Authorization") != "Bearer admin-token" {
+		t.Fatalf("Authorization = %q", req.Header.Get("Authorization"))
+	}
+	key1 := req.Header.Get("Idempotency-Key")
+	if len(key1) < 16 {
+		t.Fatalf("random Idempotency-Key = %q", key1)
+	}
+	var body apiv1.AllocationCreate
+	if err := json.Unmarshal(req.Body, &body); err != nil {
 		t.Fatal(err)
 	}
-	if got.SKU != "h200-sxm-slice" || got.GPUs != 4 || got.Region != "lab" || len(got.SSHKeyFiles) != 2 {
-		t.Fatalf("options = %+v", got)
+	if body.SKU != "h200-sxm-slice" || body.GPUs != 2 || body.Region != "lab" || len(body.SSHPublicKeys) != 1 || body.SSHPublicKeys[0] != "ssh-ed25519 AAAAC3Nza me@host" {
+		t.Fatalf("body = %+v", body)
 	}
-	cmd = NewCmdAllocCreate(f, func(*AllocCreateOptions) error { return nil })
-	cmd.SetArgs([]string{"--sku", "x"})
-	cmd.SilenceErrors, cmd.SilenceUsage = true, true
-	var fe *FlagError
-	if err := cmd.Execute(); err == nil || !asFlag(err, &fe) {
-		t.Fatalf("missing --gpus: %v", err)
-	}
-}
 
-func asFlag(err error, fe **FlagError) bool {
-	e, ok := err.(*FlagError)
-	*fe = e
-	return ok
-}
+	// A new invocation gets a new key; --idempotency-key is sent as given.
+	run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2")
+	if k := fa.last(t).Header.Get("Idempotency-Key"); k == key1 || k == "" {
+		t.Fatalf("second invocation reused key %q", k)
+	}
+	run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--idempotency-key", "retry-42")
+	if k := fa.last(t).Header.Get("Idempotency-Key"); k != "retry-42" {
+		t.Fatalf("--idempotency-key sent as %q", k)
+	}
 
-func TestAllocCreateSendsIdempotencyKeyAndPrints(t *testing.T) {
-	a := apiv1.Allocation{ID: "0c989b43-1027-4099-a9e1-70c9acad3fff", Status: "requested", SKU: "h200-sxm-slice", GPUs: 2, CreatedAt: time.Now()}
-	url, ca, seen := fakeAPI(t, map[string]func(http.ResponseWriter, *http.Request){
-		"POST /api/v1/allocations": jsonReply(a, 201),
-	})
-	env := map[string]string{"GPUAAS_SERVER": url, "GPUAAS_CA_FILE": ca, "GPUAAS_TOKEN": "tok"}
-	code, out, errOut := run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2")
-	if code != 0 || !strings.Contains(out, a.ID) || !strings.Contains(out, "requested") {
-		t.Fatalf("code %d out %q err %q", code, out, errOut)
-	}
-	r := (*seen)[0]
-	if r.Header.Get("Authorization") != "Bearer tok" || len(r.Header.Get("Idempotency-Key")) != 32 {
-		t.Fatalf("headers = %v", r.Header)
-	}
-	code, out, _ = run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "-o", "json")
+	r = run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "-o", "json")
 	var back apiv1.Allocation
-	if code != 0 || json.Unmarshal([]byte(out), &back) != nil || back.ID != a.ID {
-		t.Fatalf("json output: %d %q", code, out)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Out), &back) != nil || back.ID != a.ID || !strings.Contains(r.Out, `"capacity_shape": "slice"`) {
+		t.Fatalf("json: %d %q", r.Code, r.Out)
 	}
-	code, out, _ = run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "-o", "yaml")
-	if code != 0 || !strings.Contains(out, "id: "+a.ID) {
-		t.Fatalf("yaml output: %d %q", code, out)
+	r = run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "-o", "yaml")
+	if r.Code != 0 || !strings.Contains(r.Out, "id: "+a.ID) || !strings.Contains(r.Out, "placement_status: placed") {
+		t.Fatalf("yaml: %d %q", r.Code, r.Out)
+	}
+
+	r = run(t, env, "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--ssh-key", filepath.Join(t.TempDir(), "none.pub"))
+	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.ErrOut, "--ssh-key") {
+		t.Fatalf("missing key file: %d %q", r.Code, r.ErrOut)
 	}
 }
 
-func TestErrorsMapToExitCodes(t *testing.T) {
-	url, ca, _ := fakeAPI(t, map[string]func(http.ResponseWriter, *http.Request){
-		"POST /api/v1/allocations": jsonReply(apiv1.Error{Code: "sku_unavailable", Message: "no capacity", Details: map[string]any{"reason": "topology_fragmented"}}, 409),
-		"GET /api/v1/admin/nodes":  jsonReply(apiv1.Error{Code: "forbidden", Message: "admin role required"}, 403),
-		"GET /api/v1/whoami":       jsonReply(apiv1.Error{Code: "unauthorized", Message: "invalid token"}, 401),
+func TestAllocShow(t *testing.T) {
+	t.Parallel()
+	a := sampleAlloc()
+	a.Tasks = []apiv1.AllocationTask{{ID: "9f8e7d6c-task", Type: "slice.vm_provision", Status: "succeeded", Attempt: 1,
+		Phases: []apiv1.TaskPhase{{Name: "lease_acquire", Status: "ok", DurationMS: 120}, {Name: "readiness", Status: "ok", DurationMS: 2880}}}}
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/allocations/" + a.ID: reply(200, a)})
+	r := run(t, fa.env(t), "alloc", "show", a.ID)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	want := `ID:            0c989b43-1027-4099-a9e1-70c9acad3fff
+Tenant:        7d1e0f7a-tenant
+SKU:           h200-sxm-slice
+Shape:         slice
+GPUs:          2
+Region:        lab
+Status:        active
+Placement:     placed
+Node:          h200-01 (5b0c-node)
+Profile:       h200_2g_48c_128g (sku_profile): 48 vCPU, 131072 MiB memory
+Image:         ubuntu-24.04-cuda (sha256:abc123)
+Price:         3.50 USD per GPU-hour x 2 GPUs
+Accrued cost:  7.00 USD (3600 s billed)
+Created:       2026-03-01 10:00:00Z
+Active since:  2026-03-01 10:02:30Z
+Released:      -
+
+Task 9f8e7d6c (slice.vm_provision, attempt 1): succeeded
+  lease_acquire  ok  120ms  -
+  readiness      ok  2.88s  -
+  total              3s
+
+CLAIM     KIND  STATUS  SLOT  NUMA  GPU PCI       NVME                    FABRIC VF     MAC                IP
+c1a1m000  slot  active  0     0     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1c:00.2  52:54:00:00:00:01  10.0.0.11
+c1a1m111  slot  active  1     0     0000:2b:00.0  /dev/disk/by-id/nvme-b  -             -                  -
+`
+	if r.Out != want {
+		t.Fatalf("show:\n%s\nwant:\n%s", r.Out, want)
+	}
+
+	// A tenant's view has no node or claims: nothing to print, nothing to crash on.
+	a.NodeID, a.NodeName, a.Claims, a.Image, a.Tasks, a.ActiveAt = "", "", nil, nil, nil, nil
+	fa = newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/allocations/" + a.ID: reply(200, a)})
+	r = run(t, fa.env(t), "alloc", "show", a.ID)
+	if r.Code != 0 || !strings.Contains(r.Out, "Node:          -\n") || !strings.Contains(r.Out, "Image:         -\n") || strings.Contains(r.Out, "CLAIM") {
+		t.Fatalf("tenant view: %d\n%s", r.Code, r.Out)
+	}
+}
+
+func TestAllocList(t *testing.T) {
+	t.Parallel()
+	a := sampleAlloc()
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /api/v1/allocations": func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("status") == "released" {
+				reply(200, apiv1.List[apiv1.Allocation]{})(w, r)
+				return
+			}
+			reply(200, apiv1.List[apiv1.Allocation]{Items: []apiv1.Allocation{a}})(w, r)
+		},
 	})
-	env := map[string]string{"GPUAAS_SERVER": url, "GPUAAS_CA_FILE": ca, "GPUAAS_TOKEN": "tok"}
-	code, _, errOut := run(t, env, "alloc", "create", "--sku", "s", "--gpus", "4")
-	if code != ExitSKUUnavailable || !strings.Contains(errOut, "topology_fragmented") || !strings.Contains(errOut, "hint:") {
-		t.Fatalf("sku_unavailable: %d %q", code, errOut)
+	env := fa.env(t)
+	r := run(t, env, "alloc", "list", "--status", "active")
+	if r.Code != 0 || fa.last(t).Query != "status=active" {
+		t.Fatalf("exit %d, query %q: %s", r.Code, fa.last(t).Query, r.ErrOut)
 	}
-	if code, _, _ := run(t, env, "nodes", "list"); code != ExitAuth {
-		t.Fatalf("forbidden: %d", code)
+	lines := strings.Split(strings.TrimSpace(r.Out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[1], "active") || !strings.Contains(lines[1], "h200-01") {
+		t.Fatalf("table:\n%s", r.Out)
 	}
-	if code, _, errOut := run(t, env, "whoami"); code != ExitAuth || !strings.Contains(errOut, "--token") {
-		t.Fatalf("unauthorized: %d %q", code, errOut)
+	r = run(t, env, "alloc", "ls", "-o", "json")
+	var list apiv1.List[apiv1.Allocation]
+	if r.Code != 0 || json.Unmarshal([]byte(r.Out), &list) != nil || len(list.Items) != 1 || list.Items[0].ID != a.ID {
+		t.Fatalf("json list: %d %q", r.Code, r.Out)
 	}
-	if code, _, _ := run(t, env, "alloc", "show", "nope"); code != ExitNotFound {
-		t.Fatalf("not found: %d", code)
+	r = run(t, env, "alloc", "list", "--status", "released", "-o", "json")
+	if r.Code != 0 || !strings.Contains(r.Out, `"items": []`) {
+		t.Fatalf("empty json list: %q", r.Out)
 	}
-	if code, _, errOut := run(t, env, "alloc", "show"); code != ExitUsage || !strings.Contains(errOut, "Usage") {
-		t.Fatalf("missing arg: %d %q", code, errOut)
-	}
-	if code, _, _ := run(t, env, "alloc", "list", "--bogus"); code != ExitUsage {
-		t.Fatalf("unknown flag: %d", code)
-	}
-	unreach := map[string]string{"GPUAAS_SERVER": "https://127.0.0.1:1", "GPUAAS_TOKEN": "tok"}
-	if code, _, errOut := run(t, unreach, "whoami"); code != ExitUnavailable || !strings.Contains(errOut, "is the controller running") {
-		t.Fatalf("unreachable: %d %q", code, errOut)
-	}
-	if code, _, errOut := run(t, map[string]string{"GPUAAS_SERVER": "http://127.0.0.1:1", "GPUAAS_TOKEN": "t"}, "whoami"); code == 0 || !strings.Contains(errOut, "https") {
-		t.Fatalf("plain http accepted: %d %q", code, errOut)
-	}
-	if code, _, errOut := run(t, map[string]string{"GPUAAS_SERVER": url}, "whoami"); code != ExitAuth || !strings.Contains(errOut, "no API token") {
-		t.Fatalf("no token: %d %q", code, errOut)
+	r = run(t, env, "alloc", "list", "--status", "released")
+	if r.Code != 0 || strings.Count(r.Out, "\n") != 1 {
+		t.Fatalf("empty table should be the header only: %q", r.Out)
 	}
 }
 
-func TestConfigPrecedence(t *testing.T) {
-	home := t.TempDir()
-	cfgDir := filepath.Join(home, ".config", "gpuaas")
-	_ = os.MkdirAll(cfgDir, 0o700)
-	_ = os.WriteFile(filepath.Join(cfgDir, "config.yaml"), []byte("server: https://file:1\ntoken: file-token\noutput: yaml\n"), 0o600)
-	tokFile := filepath.Join(home, "tok")
-	_ = os.WriteFile(tokFile, []byte("from-file\n"), 0o600)
-
-	load := func(env map[string]string, args ...string) Config {
-		t.Helper()
-		env["HOME"] = home
-		f := &Factory{IO: IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, Getenv: func(k string) string { return env[k] }}
-		root := NewRootCmd(f)
-		if err := root.PersistentFlags().Parse(args); err != nil {
-			t.Fatal(err)
+func TestAllocExplain(t *testing.T) {
+	t.Parallel()
+	ex := apiv1.PlacementExplain{Feasible: false, Reason: apiv1.ReasonTopologyFragmented, Message: "4 GPUs are free but on different NUMA nodes",
+		Choices: []apiv1.PlacementChoice{{NodeName: "h200-01", SlotIndexes: []int{0, 1}, NUMANodes: []int{0}, Reason: "partial"}}}
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"POST /api/v1/placement/explain": reply(200, ex)})
+	r := run(t, fa.env(t), "alloc", "explain", "--sku", "s", "--gpus", "4")
+	if r.Code != 0 {
+		t.Fatalf("infeasible is still exit 0: %d %s", r.Code, r.ErrOut)
+	}
+	for _, s := range []string{"Feasible:  false", "Reason:    topology_fragmented", "Message:   4 GPUs are free", "1     h200-01  0,1    0     partial"} {
+		if !strings.Contains(r.Out, s) {
+			t.Errorf("missing %q in:\n%s", s, r.Out)
 		}
-		c, err := f.Config()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
 	}
-	if c := load(map[string]string{}); c.Server != "https://file:1" || c.Token != "file-token" || c.Output != "yaml" {
-		t.Fatalf("file only: %+v", c)
-	}
-	if c := load(map[string]string{"GPUAAS_SERVER": "https://env:2"}); c.Server != "https://env:2" || c.Token != "file-token" {
-		t.Fatalf("env over file: %+v", c)
-	}
-	if c := load(map[string]string{"GPUAAS_SERVER": "https://env:2"}, "--server", "https://flag:3", "-o", "json"); c.Server != "https://flag:3" || c.Output != "json" {
-		t.Fatalf("flag over env: %+v", c)
-	}
-	if c := load(map[string]string{"GPUAAS_TOKEN": "", "GPUAAS_TOKEN_FILE": tokFile}, "--token", ""); c.Token != "file-token" && c.Token != "from-file" {
-		t.Fatalf("token file: %+v", c)
+	var req apiv1.PlacementRequest
+	if json.Unmarshal(fa.last(t).Body, &req) != nil || req.SKU != "s" || req.GPUs != 4 {
+		t.Fatalf("request body %s", fa.last(t).Body)
 	}
 }
 
-func TestSlotMapFileValidation(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.yaml")
-	_ = os.WriteFile(bad, []byte("slots:\n  - slot_index: 0\n    pci_adress: typo\n"), 0o644)
-	if _, err := readSlotMap(bad); err == nil || !strings.Contains(err.Error(), "pci_adress") {
-		t.Fatalf("unknown key accepted: %v", err)
+func TestNodesShow(t *testing.T) {
+	t.Parallel()
+	hb := time.Date(2026, 3, 1, 9, 59, 0, 0, time.UTC)
+	n := apiv1.Node{
+		ID: "5b0c-node", Name: "h200-01", Status: "ready", Region: "lab", SKU: "h200-sxm-baremetal-8g", SliceSKU: "h200-sxm-slice",
+		ProfileTags: []string{"gpuaas-profile-slice-vm"}, HardwareTags: []string{"gpu-nvidia-h200"}, LastHeartbeatAt: &hb,
+		Mode: apiv1.ModeSliceActive,
+		Schedulable: apiv1.Schedulable{Baremetal: false, Slice: true, Reasons: []string{"baremetal: slice allocations are live"},
+			SliceSupported: true},
+		SlotSummary: apiv1.SlotSummary{Total: 8, ByStatus: map[string]int{"available": 5, "active": 2, "disabled": 1},
+			BySKU: []apiv1.SKUSlots{{SKU: "h200-sxm-slice", Available: 5}}, LiveSlotClaims: 2},
 	}
-	good := filepath.Join(dir, "good.yaml")
-	_ = os.WriteFile(good, []byte("- slot_index: 3\n  pci_address: 0000:1b:00.0\n  nvme_device: /dev/disk/by-id/nvme-x\n  mac_address: \"52:54:00:00:00:01\"\n  private_ip: 10.0.0.1\n  numa_node: 0\n"), 0o644)
-	specs, err := readSlotMap(good)
-	if err != nil || len(specs) != 1 || specs[0].SlotIndex != 3 || specs[0].PCIAddress != "0000:1b:00.0" {
-		t.Fatalf("specs = %+v, %v", specs, err)
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/admin/nodes/h200-01": reply(200, n)})
+	r := run(t, fa.env(t), "nodes", "show", "h200-01")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	want := `Name:              h200-01 (5b0c-node)
+Region:            lab
+Status:            ready
+Mode:              slice_active
+Draining:          false
+Tenant:            -
+SKU:               h200-sxm-baremetal-8g
+Slice SKU:         h200-sxm-slice
+Profile tags:      gpuaas-profile-slice-vm
+Hardware tags:     gpu-nvidia-h200
+Agent heartbeat:   2026-03-01 09:59:00Z
+Schedulable:       baremetal=no slice=yes
+                   - baremetal: slice allocations are live
+Slice supported:   yes
+Slots:             8 total
+                   active: 2
+                   available: 5
+                   disabled: 1
+Available by SKU:  h200-sxm-slice=5
+Live claims:       slot=2 node_exclusive=0
+`
+	if r.Out != want {
+		t.Fatalf("nodes show:\n%s\nwant:\n%s", r.Out, want)
+	}
+	r = run(t, fa.env(t), "nodes", "show", "h200-01", "-o", "json")
+	if r.Code != 0 || !strings.Contains(r.Out, `"mode": "slice_active"`) || !strings.Contains(r.Out, `"by_status"`) {
+		t.Fatalf("json: %q", r.Out)
 	}
 }
 
-var _ = client.ErrUnreachable
+func TestSlotsApplyDryRun(t *testing.T) {
+	t.Parallel()
+	res := apiv1.SlotApplyResult{Applied: false, Changes: []apiv1.SlotChange{
+		{SlotIndex: 0, Action: "create"}, {SlotIndex: 1, Action: "update", Fields: []string{"mac_address", "private_ip"}}, {SlotIndex: 2, Action: "disable"},
+	}}
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"PUT /api/v1/admin/nodes/h200-01/slots": func(w http.ResponseWriter, r *http.Request) {
+			var req apiv1.SlotApply
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			out := res
+			out.Applied = !req.DryRun
+			reply(200, out)(w, r)
+		},
+	})
+	mapFile := filepath.Join(t.TempDir(), "slots.yaml")
+	if err := os.WriteFile(mapFile, []byte(`slots:
+  - slot_index: 0
+    pci_address: "0000:1b:00.0"
+    nvme_device: /dev/disk/by-id/nvme-a
+    numa_node: 0
+    mac_address: "52:54:00:00:00:01"
+    private_ip: 10.0.0.11
+  - slot_index: 1
+    pci_address: "0000:2b:00.0"
+    nvme_device: /dev/disk/by-id/nvme-b
+    numa_node: 0
+    mac_address: "52:54:00:00:00:02"
+    private_ip: 10.0.0.12
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := fa.env(t)
+	r := run(t, env, "slots", "apply", "h200-01", "-f", mapFile, "--dry-run")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	var sent apiv1.SlotApply
+	if err := json.Unmarshal(fa.last(t).Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !sent.DryRun || len(sent.Slots) != 2 || sent.Slots[1].MACAddress != "52:54:00:00:00:02" || sent.Slots[0].NUMANode == nil {
+		t.Fatalf("sent %+v", sent)
+	}
+	want := "SLOT  ACTION   FIELDS\n" +
+		"0     create   -\n" +
+		"1     update   mac_address,private_ip\n" +
+		"2     disable  -\n" +
+		"\n" +
+		"dry run: nothing changed\n"
+	if r.Out != want {
+		t.Fatalf("diff:\n%q\nwant:\n%q", r.Out, want)
+	}
+
+	r = run(t, env, "slots", "apply", "h200-01", "-f", mapFile, "-o", "json")
+	if err := json.Unmarshal(fa.last(t).Body, &sent); err != nil || sent.DryRun {
+		t.Fatalf("without --dry-run the map is applied: %+v %v", sent, err)
+	}
+	if r.Code != 0 || !strings.Contains(r.Out, `"applied": true`) {
+		t.Fatalf("apply json: %q", r.Out)
+	}
+
+	// A bad map never reaches the controller.
+	before := len(fa.requests())
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(bad, []byte("- slot_index: 0\n  pci_adress: typo\n"), 0o644)
+	r = run(t, env, "slots", "apply", "h200-01", "-f", bad)
+	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.ErrOut, "pci_adress") || len(fa.requests()) != before {
+		t.Fatalf("bad map: %d %q", r.Code, r.ErrOut)
+	}
+}
+
+func TestTokensCreatePrintsTheToken(t *testing.T) {
+	t.Parallel()
+	tok := apiv1.Token{ID: "tok-id", Name: "ci", Role: "tenant", TenantID: "t1", Token: "gpa_secret"}
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"POST /api/v1/admin/tokens": reply(201, tok)})
+	r := run(t, fa.env(t), "tokens", "create", "--name", "ci", "--role", "tenant", "--tenant", "t1", "--ttl", "720h")
+	if r.Code != 0 || r.Out != "gpa_secret\n" || !strings.Contains(r.ErrOut, "not shown again") {
+		t.Fatalf("table: %d %q %q", r.Code, r.Out, r.ErrOut)
+	}
+	var sent apiv1.TokenCreate
+	if json.Unmarshal(fa.last(t).Body, &sent) != nil || sent.TTL != "720h0m0s" || sent.TenantID != "t1" {
+		t.Fatalf("sent %s", fa.last(t).Body)
+	}
+	r = run(t, fa.env(t), "tokens", "create", "--name", "ci", "--role", "tenant", "--tenant", "t1", "-o", "json")
+	if r.Code != 0 || !strings.Contains(r.Out, `"token": "gpa_secret"`) || !strings.Contains(r.Out, `"id": "tok-id"`) {
+		t.Fatalf("json: %q", r.Out)
+	}
+}
+
+func TestVersionNeedsNoConfig(t *testing.T) {
+	t.Parallel()
+	r := run(t, map[string]string{"HOME": t.TempDir()}, "version")
+	if r.Code != 0 || !strings.HasPrefix(r.Out, "gpuaasctl ") {
+		t.Fatalf("version: %d %q %q", r.Code, r.Out, r.ErrOut)
+	}
+}

@@ -1,0 +1,52 @@
+package alloc
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
+	"github.com/gpuaas/gpuaas/internal/client"
+)
+
+// ListOptions are `alloc list`'s dependencies and flags.
+type ListOptions struct {
+	IO     cmdutil.IOStreams
+	Client func() (*client.Client, error)
+
+	Status string
+	Output output.Format
+}
+
+// NewCmdList is `alloc list`.
+func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Command {
+	opts := &ListOptions{IO: f.IO, Client: f.Client}
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List allocations (tenants: their own; admins: all)",
+		Aliases: []string{"ls"},
+		Args:    cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return listRun(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Status, "status", "", "only allocations in this status (requested, provisioning, active, releasing, released, failed)")
+	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func listRun(ctx context.Context, opts *ListOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	items, err := c.ListAllocations(ctx, opts.Status)
+	if err != nil {
+		return err
+	}
+	return printList(opts.IO.Out, opts.Output, output.List(items), items)
+}

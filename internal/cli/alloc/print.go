@@ -1,0 +1,118 @@
+package alloc
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
+)
+
+// printList writes v (one allocation or a List) as JSON/YAML, or the allocations as a table.
+func printList(w io.Writer, o output.Format, v any, allocs []apiv1.Allocation) error {
+	return output.Print(w, o, v, func(t *output.TableWriter) {
+		t.Row("ID", "STATUS", "SKU", "GPUS", "NODE", "SLOTS", "REGION", "CREATED")
+		for _, a := range allocs {
+			t.Row(a.ID, a.Status, a.SKU, a.GPUs, output.Dash(a.NodeName), output.Ints(slotIndexes(a)), output.Dash(a.Region), output.Time(a.CreatedAt))
+		}
+	})
+}
+
+// slotIndexes are the claimed slot indexes (visible to admins only).
+func slotIndexes(a apiv1.Allocation) []int {
+	var idx []int
+	for _, c := range a.Claims {
+		if c.SlotIndex != nil {
+			idx = append(idx, *c.SlotIndex)
+		}
+	}
+	return idx
+}
+
+// printDetail is `alloc show`'s table: the allocation, its host tasks, then its claims.
+func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
+	t.Row("ID:", a.ID)
+	t.Row("Tenant:", output.Dash(a.TenantID))
+	t.Row("SKU:", a.SKU)
+	t.Row("Shape:", output.Dash(a.CapacityShape))
+	t.Row("GPUs:", a.GPUs)
+	t.Row("Region:", output.Dash(a.Region))
+	t.Row("Status:", a.Status)
+	if a.FailureReason != "" {
+		t.Row("Failure:", a.FailureReason)
+	}
+	t.Row("Placement:", output.Dash(a.PlacementStatus))
+	node := output.Dash(a.NodeName)
+	if a.NodeName != "" && a.NodeID != "" {
+		node += " (" + a.NodeID + ")"
+	}
+	t.Row("Node:", node)
+	p := a.Profile
+	t.Row("Profile:", fmt.Sprintf("%s (%s): %d vCPU, %d MiB memory", output.Dash(p.Name), output.Dash(p.Source), p.VCPUCount, p.MemoryMiB))
+	image := "-"
+	if a.Image != nil {
+		image = a.Image.Slug
+		if a.Image.DigestSHA256 != "" {
+			image += " (sha256:" + a.Image.DigestSHA256 + ")"
+		}
+	}
+	t.Row("Image:", image)
+	t.Row("Price:", fmt.Sprintf("%s per GPU-hour x %d GPUs", output.Money(a.Price.GPUHourlyPriceMinor, a.Price.Currency), a.Price.GPUs))
+	t.Row("Accrued cost:", fmt.Sprintf("%s (%d s billed)", output.Money(a.Cost.AccruedMinor, a.Cost.Currency), a.Cost.BilledSeconds))
+	if len(a.SSHPublicKeys) > 0 {
+		t.Row("SSH keys:", len(a.SSHPublicKeys))
+	}
+	t.Row("Created:", output.Time(a.CreatedAt))
+	t.Row("Active since:", output.TimePtr(a.ActiveAt))
+	if a.ReleasingAt != nil {
+		t.Row("Releasing since:", output.TimePtr(a.ReleasingAt))
+	}
+	t.Row("Released:", output.TimePtr(a.ReleasedAt))
+
+	for _, tk := range a.Tasks {
+		t.Blank()
+		t.Row(fmt.Sprintf("Task %s (%s, attempt %d): %s", output.Short(tk.ID), tk.Type, tk.Attempt, tk.Status))
+		if tk.Error != "" {
+			t.Row("", "error: "+tk.Error)
+		}
+		var ms int64
+		for _, ph := range tk.Phases {
+			ms += ph.DurationMS
+			t.Row("", ph.Name, ph.Status, output.Millis(ph.DurationMS), output.Dash(ph.Error))
+		}
+		if len(tk.Phases) > 0 {
+			t.Row("", "total", "", output.Millis(ms))
+		}
+	}
+	if len(a.Claims) > 0 {
+		t.Blank()
+		t.Row("CLAIM", "KIND", "STATUS", "SLOT", "NUMA", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP")
+		for _, c := range a.Claims {
+			t.Row(output.Short(c.ID), c.Kind, c.Status, output.IntPtr(c.SlotIndex), output.IntPtr(c.NUMANode),
+				output.Dash(c.PCIAddress), output.Dash(c.NVMeDevice), output.Dash(c.FabricVF), output.Dash(c.MACAddress), output.Dash(c.PrivateIP))
+		}
+	}
+}
+
+// printExplain is `alloc explain`'s table.
+func printExplain(t *output.TableWriter, ex *apiv1.PlacementExplain) {
+	t.Row("Feasible:", ex.Feasible)
+	if ex.Reason != "" {
+		t.Row("Reason:", ex.Reason)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(ex.Message), "\n") {
+		label := ""
+		if i == 0 {
+			label = "Message:"
+		}
+		t.Row(label, line)
+	}
+	if len(ex.Choices) > 0 {
+		t.Blank()
+		t.Row("RANK", "NODE", "SLOTS", "NUMA", "WHY")
+		for i, ch := range ex.Choices {
+			t.Row(i+1, output.Dash(ch.NodeName), output.Ints(ch.SlotIndexes), output.Ints(ch.NUMANodes), ch.Reason)
+		}
+	}
+}

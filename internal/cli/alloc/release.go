@@ -1,0 +1,62 @@
+package alloc
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
+	"github.com/gpuaas/gpuaas/internal/client"
+)
+
+// ReleaseOptions are `alloc release`'s dependencies and flags.
+type ReleaseOptions struct {
+	IO     cmdutil.IOStreams
+	Client func() (*client.Client, error)
+
+	ID      string
+	Wait    bool
+	Timeout time.Duration
+	Output  output.Format
+}
+
+// NewCmdRelease is `alloc release ID`.
+func NewCmdRelease(f *cmdutil.Factory, runF func(*ReleaseOptions) error) *cobra.Command {
+	opts := &ReleaseOptions{IO: f.IO, Client: f.Client}
+	cmd := &cobra.Command{
+		Use:   "release ID",
+		Short: "Release an allocation (its VM is torn down and its disks wiped)",
+		Args:  cmdutil.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return releaseRun(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until released, showing the host's phases as they complete")
+	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
+	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func releaseRun(ctx context.Context, opts *ReleaseOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	a, err := c.ReleaseAllocation(ctx, opts.ID)
+	if err != nil {
+		return err
+	}
+	if opts.Wait {
+		if a, err = waitFor(ctx, opts.IO.ErrOut, c, a, "released", opts.Timeout); err != nil {
+			return err
+		}
+	}
+	return printList(opts.IO.Out, opts.Output, a, []apiv1.Allocation{*a})
+}

@@ -1,0 +1,51 @@
+package alloc
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
+	"github.com/gpuaas/gpuaas/internal/client"
+)
+
+// ShowOptions are `alloc show`'s dependencies and flags.
+type ShowOptions struct {
+	IO     cmdutil.IOStreams
+	Client func() (*client.Client, error)
+
+	ID     string
+	Output output.Format
+}
+
+// NewCmdShow is `alloc show ID`.
+func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Command {
+	opts := &ShowOptions{IO: f.IO, Client: f.Client}
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show an allocation: state, placement, profile, image, price, cost, host tasks and claims",
+		Args:  cmdutil.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ID = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return showRun(cmd.Context(), opts)
+		},
+	}
+	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func showRun(ctx context.Context, opts *ShowOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	a, err := c.GetAllocation(ctx, opts.ID)
+	if err != nil {
+		return err
+	}
+	return output.Print(opts.IO.Out, opts.Output, a, func(t *output.TableWriter) { printDetail(t, a) })
+}

@@ -1,0 +1,134 @@
+// Package cli is gpuaasctl, the gpuaas operator and tenant command line. Main builds one
+// cmdutil.Factory, the command tree (one package per noun: alloc, nodes, slots, ...), runs
+// it, prints any error with a hint, and maps it to the exit status in one place
+// (cmdutil.ExitCode). It is callable in-process, which is how testscript runs it.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/buildinfo"
+	"github.com/gpuaas/gpuaas/internal/cli/alloc"
+	"github.com/gpuaas/gpuaas/internal/cli/audit"
+	"github.com/gpuaas/gpuaas/internal/cli/capacity"
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/images"
+	"github.com/gpuaas/gpuaas/internal/cli/nodes"
+	"github.com/gpuaas/gpuaas/internal/cli/skus"
+	"github.com/gpuaas/gpuaas/internal/cli/slots"
+	"github.com/gpuaas/gpuaas/internal/cli/tasks"
+	"github.com/gpuaas/gpuaas/internal/cli/tenants"
+	"github.com/gpuaas/gpuaas/internal/cli/tokens"
+	"github.com/gpuaas/gpuaas/internal/cli/topology"
+	"github.com/gpuaas/gpuaas/internal/cli/version"
+	"github.com/gpuaas/gpuaas/internal/cli/whoami"
+)
+
+// Main runs gpuaasctl with args (without the program name) and returns the exit status.
+// SIGINT/SIGTERM cancel the running request or wait.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, args, cmdutil.IOStreams{In: stdin, Out: stdout, ErrOut: stderr}, os.Getenv)
+}
+
+// Run is Main with the context and environment given: tests use it with buffers and a fake
+// environment.
+func Run(ctx context.Context, args []string, ios cmdutil.IOStreams, getenv func(string) string) int {
+	f := cmdutil.New(ios, getenv, buildinfo.String())
+	root := NewCmdRoot(f)
+	root.SetArgs(args)
+	root.SetIn(ios.In)
+	root.SetOut(ios.Out)
+	root.SetErr(ios.ErrOut)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return cmdutil.ExitOK
+	}
+	printError(ios.ErrOut, f, err)
+	var fe *cmdutil.FlagError
+	if errors.As(err, &fe) && cmd != nil {
+		fmt.Fprintf(ios.ErrOut, "\n%s", cmd.UsageString())
+	}
+	return cmdutil.ExitCode(err)
+}
+
+const rootLong = `gpuaasctl drives the gpuaas controller's HTTPS API: tenants create and release GPU
+allocations; operators register nodes, apply slot maps and manage the catalog.
+
+Configuration, highest precedence first:
+  flags        --server, --ca-file, --token, --token-file
+  environment  GPUAAS_SERVER, GPUAAS_CA_FILE, GPUAAS_TOKEN, GPUAAS_TOKEN_FILE
+  config file  ~/.config/gpuaas/config.yaml ($XDG_CONFIG_HOME/gpuaas/config.yaml when set),
+               keys server, ca_file, token, token_file (relative paths: from the file)
+A token and a token file are one setting: the highest layer that sets either wins.
+The server must be https://; --ca-file trusts the controller's CA (STATE_DIR/tls/ca.crt).
+
+Commands that print resources take -o table|json|yaml; json and yaml use the API's field
+names. Progress and notices go to standard error.
+
+Exit status:
+  0  success
+  1  other error
+  2  usage: bad flag or argument; invalid_request, payload_too_large
+  3  unauthorized or forbidden, or no token configured
+  4  not_found
+  5  conflict, idempotency_key_reused
+  6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain')
+  7  controller unreachable, or unavailable (retryable)`
+
+// NewCmdRoot builds the gpuaasctl command tree around f.
+func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gpuaasctl",
+		Short:         "Operate and use gpuaas: GPU nodes, slots, catalog and allocations",
+		Long:          rootLong,
+		Version:       f.AppVersion,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetVersionTemplate("gpuaasctl {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cmdutil.FlagError{Err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&f.Flags.Server, "server", "", "controller URL, https://host:port")
+	pf.StringVar(&f.Flags.CAFile, "ca-file", "", "CA certificate (PEM) to trust for the controller")
+	pf.StringVar(&f.Flags.Token, "token", "", "API token")
+	pf.StringVar(&f.Flags.TokenFile, "token-file", "", "file holding the API token")
+
+	root.AddGroup(
+		&cobra.Group{ID: "tenant", Title: "Tenant and admin commands:"},
+		&cobra.Group{ID: "admin", Title: "Admin commands:"},
+	)
+	add := func(group string, cmds ...*cobra.Command) {
+		for _, c := range cmds {
+			c.GroupID = group
+			root.AddCommand(c)
+		}
+	}
+	add("tenant",
+		whoami.NewCmdWhoami(f, nil),
+		skus.NewCmdSKUs(f),
+		capacity.NewCmdCapacity(f, nil),
+		alloc.NewCmdAlloc(f),
+	)
+	add("admin",
+		nodes.NewCmdNodes(f),
+		slots.NewCmdSlots(f),
+		topology.NewCmdTopology(f),
+		images.NewCmdImages(f),
+		tenants.NewCmdTenants(f),
+		tokens.NewCmdTokens(f),
+		tasks.NewCmdTasks(f),
+		audit.NewCmdAudit(f, nil),
+	)
+	root.AddCommand(version.NewCmdVersion(f))
+	return cmdutil.Group(root)
+}

@@ -1,0 +1,84 @@
+package cmdutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/client"
+)
+
+// Exit codes. The root command's help documents them; ExitCode is the only mapping.
+const (
+	ExitOK             = 0
+	ExitError          = 1
+	ExitUsage          = 2 // bad flags or arguments, invalid_request, payload_too_large
+	ExitAuth           = 3 // unauthorized, forbidden, no token
+	ExitNotFound       = 4
+	ExitConflict       = 5 // conflict, idempotency_key_reused
+	ExitSKUUnavailable = 6
+	ExitUnavailable    = 7 // controller unreachable, or unavailable (retryable)
+)
+
+// FlagError is a usage mistake (bad flag or argument): the only error that prints usage.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
+
+// FlagErrorf builds a FlagError.
+func FlagErrorf(format string, args ...any) error {
+	return &FlagError{Err: fmt.Errorf(format, args...)}
+}
+
+// AuthError is a missing credential, detected before any request.
+type AuthError struct{ Err error }
+
+func (e *AuthError) Error() string { return e.Err.Error() }
+func (e *AuthError) Unwrap() error { return e.Err }
+
+// SilentError ends the command with Code; the command has already said why.
+type SilentError struct{ Code int }
+
+func (e *SilentError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// ExitCode maps an error to gpuaasctl's exit code. It is the one place that does.
+func ExitCode(err error) int {
+	var (
+		se  *SilentError
+		fe  *FlagError
+		ae  *AuthError
+		api *apiv1.Error
+	)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &se):
+		return se.Code
+	case errors.As(err, &fe):
+		return ExitUsage
+	case errors.As(err, &ae):
+		return ExitAuth
+	case errors.Is(err, client.ErrUnreachable):
+		return ExitUnavailable
+	case errors.Is(err, context.Canceled):
+		return ExitError
+	case errors.As(err, &api):
+		switch api.Code {
+		case apiv1.CodeInvalidRequest, apiv1.CodeTooLarge:
+			return ExitUsage
+		case apiv1.CodeUnauthorized, apiv1.CodeForbidden:
+			return ExitAuth
+		case apiv1.CodeNotFound:
+			return ExitNotFound
+		case apiv1.CodeConflict, apiv1.CodeIdempotencyReused:
+			return ExitConflict
+		case apiv1.CodeSKUUnavailable:
+			return ExitSKUUnavailable
+		case apiv1.CodeUnavailable:
+			return ExitUnavailable
+		}
+	}
+	return ExitError
+}

@@ -1,0 +1,117 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type env map[string]string
+
+func (e env) get(k string) string { return e[k] }
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	writeFile(t, filepath.Join(home, ".config", "gpuaas", "config.yaml"),
+		"server: https://file:1\nca_file: ca.crt\ntoken: file-token\n")
+	writeFile(t, filepath.Join(home, "env.token"), "env-file-token\n")
+	writeFile(t, filepath.Join(home, "flag.token"), "flag-file-token\r\n")
+
+	load := func(e env, f Flags) *Config {
+		t.Helper()
+		e["HOME"] = home
+		c, err := Load(f, e.get)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	c := load(env{}, Flags{})
+	if c.Server != "https://file:1" || c.Token != "file-token" || c.CAFile != filepath.Join(home, ".config", "gpuaas", "ca.crt") {
+		t.Fatalf("file only: %+v", c)
+	}
+	if !strings.Contains(c.TokenSource, "config.yaml") {
+		t.Fatalf("token source = %q", c.TokenSource)
+	}
+
+	c = load(env{"GPUAAS_SERVER": "https://env:2", "GPUAAS_CA_FILE": "/env/ca"}, Flags{})
+	if c.Server != "https://env:2" || c.CAFile != "/env/ca" || c.Token != "file-token" {
+		t.Fatalf("env over file: %+v", c)
+	}
+
+	c = load(env{"GPUAAS_SERVER": "https://env:2"}, Flags{Server: "https://flag:3", CAFile: "/flag/ca"})
+	if c.Server != "https://flag:3" || c.CAFile != "/flag/ca" {
+		t.Fatalf("flag over env: %+v", c)
+	}
+
+	// Token and token file resolve as a pair, by layer.
+	c = load(env{"GPUAAS_TOKEN_FILE": filepath.Join(home, "env.token")}, Flags{})
+	if c.Token != "env-file-token" || !strings.HasPrefix(c.TokenSource, "GPUAAS_TOKEN_FILE") {
+		t.Fatalf("env token file over file token: %+v", c)
+	}
+	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{TokenFile: filepath.Join(home, "flag.token")})
+	if c.Token != "flag-file-token" || !strings.HasPrefix(c.TokenSource, "--token-file") {
+		t.Fatalf("flag token file over env token: %+v", c)
+	}
+	c = load(env{"GPUAAS_TOKEN": "env-token", "GPUAAS_TOKEN_FILE": filepath.Join(home, "env.token")}, Flags{})
+	if c.Token != "env-token" || c.TokenSource != "GPUAAS_TOKEN" {
+		t.Fatalf("within a layer the token beats the token file: %+v", c)
+	}
+	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{Token: "flag-token"})
+	if c.Token != "flag-token" || c.TokenSource != "--token" {
+		t.Fatalf("flag token: %+v", c)
+	}
+}
+
+func TestNoFileNoSettings(t *testing.T) {
+	t.Parallel()
+	c, err := Load(Flags{}, env{"HOME": t.TempDir()}.get)
+	if err != nil || c.Server != "" || c.Token != "" || c.TokenSource != "" {
+		t.Fatalf("empty: %+v, %v", c, err)
+	}
+}
+
+func TestXDGConfigHome(t *testing.T) {
+	t.Parallel()
+	xdg := t.TempDir()
+	writeFile(t, filepath.Join(xdg, "gpuaas", "config.yaml"), "server: https://xdg:1\n")
+	c, err := Load(Flags{}, env{"HOME": t.TempDir(), "XDG_CONFIG_HOME": xdg}.get)
+	if err != nil || c.Server != "https://xdg:1" {
+		t.Fatalf("xdg: %+v, %v", c, err)
+	}
+}
+
+func TestBadInputsAreErrors(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	cfg := filepath.Join(home, ".config", "gpuaas", "config.yaml")
+	writeFile(t, cfg, "server: https://x:1\nca-file: typo.crt\n")
+	if _, err := Load(Flags{}, env{"HOME": home}.get); err == nil || !strings.Contains(err.Error(), "ca-file") {
+		t.Fatalf("unknown key accepted: %v", err)
+	}
+	writeFile(t, cfg, "server: [unclosed\n")
+	if _, err := Load(Flags{}, env{"HOME": home}.get); err == nil || !strings.Contains(err.Error(), cfg) {
+		t.Fatalf("bad YAML: %v", err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.token")
+	writeFile(t, empty, "\n")
+	if _, err := Load(Flags{TokenFile: empty}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("empty token file: %v", err)
+	}
+	if _, err := Load(Flags{TokenFile: "/nonexistent/tok"}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Fatalf("missing token file: %v", err)
+	}
+}

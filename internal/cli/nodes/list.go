@@ -1,0 +1,50 @@
+package nodes
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
+	"github.com/gpuaas/gpuaas/internal/client"
+)
+
+// ListOptions are `nodes list`'s dependencies and flags.
+type ListOptions struct {
+	IO     cmdutil.IOStreams
+	Client func() (*client.Client, error)
+
+	Output output.Format
+}
+
+// NewCmdList is `nodes list`.
+func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Command {
+	opts := &ListOptions{IO: f.IO, Client: f.Client}
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List nodes with their mode and slot counts",
+		Aliases: []string{"ls"},
+		Args:    cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return listRun(cmd.Context(), opts)
+		},
+	}
+	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func listRun(ctx context.Context, opts *ListOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	nodes, err := c.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	return printList(opts.IO.Out, opts.Output, output.List(nodes), nodes)
+}

@@ -1,0 +1,63 @@
+package output
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+type item struct {
+	ID    string          `json:"id"`
+	Count int             `json:"gpu_count"`
+	Meta  json.RawMessage `json:"meta"`
+}
+
+func TestFormats(t *testing.T) {
+	v := List([]item{{ID: "a", Count: 2, Meta: json.RawMessage(`{"k":"v"}`)}})
+	var b bytes.Buffer
+	if err := Print(&b, JSON, v, nil); err != nil || !strings.Contains(b.String(), `"gpu_count": 2`) || !strings.Contains(b.String(), `"items"`) {
+		t.Fatalf("json: %q %v", b.String(), err)
+	}
+	b.Reset()
+	if err := Print(&b, YAML, v, nil); err != nil || !strings.Contains(b.String(), "gpu_count: 2") || !strings.Contains(b.String(), "k: v") {
+		t.Fatalf("yaml: %q %v", b.String(), err)
+	}
+	b.Reset()
+	err := Print(&b, Table, v, func(t *TableWriter) {
+		t.Row("ID", "GPUS")
+		t.Row("abc", 2)
+	})
+	if err != nil || b.String() != "ID   GPUS\nabc  2\n" {
+		t.Fatalf("table: %q %v", b.String(), err)
+	}
+	b.Reset()
+	_ = Print(&b, JSON, List[item](nil), nil)
+	if !strings.Contains(b.String(), `"items": []`) {
+		t.Fatalf("nil list: %q", b.String())
+	}
+}
+
+func TestFormatFlagValue(t *testing.T) {
+	f := Table
+	if err := f.Set("yaml"); err != nil || f != YAML {
+		t.Fatal(f, err)
+	}
+	if err := f.Set("xml"); err == nil || f != YAML {
+		t.Fatalf("xml accepted: %v", f)
+	}
+}
+
+func TestCells(t *testing.T) {
+	n := 3
+	for _, c := range [][2]string{
+		{Dash(""), "-"}, {Dash("x"), "x"}, {IntPtr(nil), "-"}, {IntPtr(&n), "3"}, {Ints([]int{1, 2}), "1,2"}, {Ints(nil), "-"},
+		{Money(123456, "USD"), "1234.56 USD"}, {Money(-5, "EUR"), "-0.05 EUR"}, {Millis(1500), "1.5s"},
+		{Short("0123456789"), "01234567"}, {Time(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), "2026-01-02 03:04:05Z"},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("got %q, want %q", c[0], c[1])
+		}
+	}
+}

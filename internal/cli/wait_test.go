@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+)
+
+func TestAllocCreateAndReleaseWait(t *testing.T) {
+	t.Parallel()
+	provision := apiv1.AllocationTask{ID: "task-prov", Type: "slice.vm_provision", Attempt: 1, Status: "running",
+		Phases: []apiv1.TaskPhase{{Name: "lease_acquire", Status: "ok", DurationMS: 100}}}
+	a := sampleAlloc()
+	a.Status, a.Tasks = "requested", nil
+	var gets atomic.Int32
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"POST /api/v1/allocations": reply(201, a),
+		"GET /api/v1/allocations/" + a.ID: func(w http.ResponseWriter, r *http.Request) {
+			cur := a
+			if gets.Add(1) == 1 {
+				cur.Status, cur.Tasks = "provisioning", []apiv1.AllocationTask{provision}
+			} else {
+				done := provision
+				done.Status = "succeeded"
+				done.Phases = append(done.Phases, apiv1.TaskPhase{Name: "readiness", Status: "ok", DurationMS: 2000})
+				cur.Status, cur.Tasks = "active", []apiv1.AllocationTask{done}
+			}
+			reply(200, cur)(w, r)
+		},
+	})
+	r := run(t, fa.env(t), "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--wait", "-o", "json")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	var got apiv1.Allocation
+	if err := json.Unmarshal([]byte(r.Out), &got); err != nil || got.Status != "active" {
+		t.Fatalf("stdout must be the final allocation as JSON: %q", r.Out)
+	}
+	if strings.Count(r.ErrOut, "lease_acquire") != 1 || !strings.Contains(r.ErrOut, "slice.vm_provision #1 readiness") {
+		t.Fatalf("each phase once, on stderr: %q", r.ErrOut)
+	}
+
+	// Release: phases the release answer already carries are not repeated; a failure is exit 1.
+	rel := a
+	rel.Status, rel.Tasks = "releasing", []apiv1.AllocationTask{provision}
+	failed := rel
+	failed.Status, failed.FailureReason = "failed", "wipe_verify: device busy"
+	failed.Tasks = append(failed.Tasks, apiv1.AllocationTask{ID: "task-rel", Type: "slice.vm_release", Attempt: 1,
+		Phases: []apiv1.TaskPhase{{Name: "wipe_verify", Status: "error", Error: "device busy"}}})
+	fa = newFakeAPI(t, map[string]http.HandlerFunc{
+		"POST /api/v1/allocations/" + a.ID + "/release": reply(200, rel),
+		"GET /api/v1/allocations/" + a.ID:               reply(200, failed),
+	})
+	r = run(t, fa.env(t), "alloc", "release", a.ID, "--wait")
+	if r.Code != 1 || !strings.Contains(r.ErrOut, "error: allocation "+a.ID+" failed: wipe_verify: device busy") {
+		t.Fatalf("failed release: %d %q", r.Code, r.ErrOut)
+	}
+	if strings.Contains(r.ErrOut, "lease_acquire") || !strings.Contains(r.ErrOut, "slice.vm_release #1 wipe_verify") {
+		t.Fatalf("only new phases: %q", r.ErrOut)
+	}
+}
