@@ -46,6 +46,7 @@ type Agent struct {
 	replay   *task.DiskReplayStore
 	spool    *Spool
 	runtime  slicevm.Runtime
+	vm       *vmServices // lab/libvirt only
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -90,6 +91,10 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	switch cfg.Runtime {
 	case "sim":
 		a.runtime = slicevm.Sim{PhaseDelay: cfg.SimPhaseDelay}
+	case "lab", "libvirt":
+		if a.runtime, a.vm, err = newVMRuntime(cfg, log); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
 	}
@@ -119,6 +124,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go a.watchdog(bg)
+	if a.vm != nil {
+		if err := a.vm.start(bg); err != nil {
+			return err
+		}
+		defer a.vm.hyper.Close()
+	}
 	if a.cfg.MetricsListen != "" {
 		if err := a.serveMetrics(bg, a.cfg.MetricsListen); err != nil {
 			return fmt.Errorf("metrics listen %s: %w", a.cfg.MetricsListen, err)
@@ -313,7 +324,7 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 
 func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.Result {
 	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
-	rec := &slicevm.Recorder{OnUpdate: func(ph []task.Phase) { a.progress(env.TaskID, ph) }}
+	rec := &slicevm.Recorder{TaskID: env.TaskID, OnUpdate: func(ph []task.Phase) { a.progress(env.TaskID, ph) }}
 	// Keep the lease alive through long phases: report progress at least every 10s.
 	keep, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
@@ -377,6 +388,10 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 	}
 	if err != nil {
 		res.Status, res.Error = "failed", err.Error()
+		var pi *slicevm.PlanInvalidError
+		if errors.As(err, &pi) {
+			res.Reason = "plan_invalid"
+		}
 	} else {
 		res.Status = "succeeded"
 	}

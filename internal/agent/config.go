@@ -5,6 +5,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -35,6 +36,22 @@ type Config struct {
 	// SimPhaseDelay makes each simulated phase take this long (sim runtime only), so
 	// operators and tests can watch progress and interrupt a running task.
 	SimPhaseDelay time.Duration `mapstructure:"sim_phase_delay" yaml:"sim_phase_delay,omitempty"`
+
+	// The VM runtimes (lab, libvirt).
+	DataDir          string        `mapstructure:"data_dir" yaml:"data_dir,omitempty"`             // /var/lib/gpuaas
+	Bridge           string        `mapstructure:"bridge" yaml:"bridge,omitempty"`                 // ovsbr0 (libvirt), gpuaasbr0 (lab)
+	BridgeAddress    string        `mapstructure:"bridge_address" yaml:"bridge_address,omitempty"` // 10.100.0.1/24: DHCP server and router
+	LibvirtSocket    string        `mapstructure:"libvirt_socket" yaml:"libvirt_socket,omitempty"`
+	OVMFCode         string        `mapstructure:"ovmf_code" yaml:"ovmf_code,omitempty"`
+	OVMFVars         string        `mapstructure:"ovmf_vars" yaml:"ovmf_vars,omitempty"`
+	TelemetryAddr    string        `mapstructure:"telemetry_addr" yaml:"telemetry_addr,omitempty"` // GPUAAS_TELEMETRY_ADDR, :9110
+	ReadinessTimeout time.Duration `mapstructure:"readiness_timeout" yaml:"readiness_timeout,omitempty"`
+	// SliceRuntimeVFIOBind is GPUAAS_SLICE_RUNTIME_VFIO_BIND: allow rebinding to vfio-pci.
+	SliceRuntimeVFIOBind bool `mapstructure:"slice_runtime_vfio_bind" yaml:"slice_runtime_vfio_bind,omitempty"`
+	// SliceTerminalSSHKeyPath is GPUAAS_SLICE_TERMINAL_SSH_KEY_PATH (host relay key).
+	SliceTerminalSSHKeyPath string `mapstructure:"slice_terminal_ssh_key_path" yaml:"slice_terminal_ssh_key_path,omitempty"`
+	// NodeSchedulerLeaseTTLSeconds is GPUAAS_NODE_SCHEDULER_LEASE_TTL_SECONDS, clamped to [300, 604800].
+	NodeSchedulerLeaseTTLSeconds int `mapstructure:"node_scheduler_lease_ttl_seconds" yaml:"node_scheduler_lease_ttl_seconds,omitempty"`
 }
 
 // BindRunFlags declares `run` flags.
@@ -48,6 +65,17 @@ func BindRunFlags(fs *pflag.FlagSet) {
 	fs.Duration("heartbeat", 0, "heartbeat interval (default 15s)")
 	fs.String("metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:9464 (default off)")
 	fs.Duration("sim-phase-delay", 0, "sim runtime only: time each simulated phase takes")
+	fs.String("data-dir", "", "lab/libvirt: slice data (slices/, slice-images/, node-scheduler/leases/, terminal/); default /var/lib/gpuaas under the host root")
+	fs.String("bridge", "", "lab/libvirt: slice bridge (default ovsbr0; lab: gpuaasbr0)")
+	fs.String("bridge-address", "", "lab/libvirt: this host's address on the bridge, served by DHCP as router (default 10.100.0.1/24)")
+	fs.String("libvirt-socket", "", "lab/libvirt: libvirtd socket (default /run/libvirt/libvirt-sock)")
+	fs.String("ovmf-code", "", "lab/libvirt: UEFI firmware (default /usr/share/OVMF/OVMF_CODE_4M.fd)")
+	fs.String("ovmf-vars", "", "lab/libvirt: UEFI variable-store template (default /usr/share/OVMF/OVMF_VARS_4M.fd)")
+	fs.String("telemetry-addr", "", "lab/libvirt: guest telemetry listener (default :9110; \"off\" disables)")
+	fs.Duration("readiness-timeout", 0, "lab/libvirt: VM readiness gate timeout (default 120s)")
+	fs.Bool("slice-runtime-vfio-bind", false, "libvirt: rebind GPUs/VFs to vfio-pci through driver_override when needed")
+	fs.String("slice-terminal-ssh-key-path", "", "lab/libvirt: host relay key (default <data-dir>/terminal/id_ed25519)")
+	fs.Int("node-scheduler-lease-ttl-seconds", 0, "slot lease TTL, clamped to [300, 604800] (default 86400)")
 }
 
 // LoadConfig reads the file named by --config, then env, then flags.
@@ -99,6 +127,30 @@ func (c *Config) defaults() {
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 4
 	}
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join(c.HostRoot, "var/lib/gpuaas")
+	}
+	if c.Bridge == "" {
+		c.Bridge = map[bool]string{true: "gpuaasbr0", false: "ovsbr0"}[c.Runtime == "lab"]
+	}
+	if c.BridgeAddress == "" {
+		c.BridgeAddress = "10.100.0.1/24"
+	}
+	if c.LibvirtSocket == "" {
+		c.LibvirtSocket = "/run/libvirt/libvirt-sock"
+	}
+	if c.OVMFCode == "" {
+		c.OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	}
+	if c.OVMFVars == "" {
+		c.OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	}
+	if c.TelemetryAddr == "" {
+		c.TelemetryAddr = ":9110"
+	}
+	if c.ReadinessTimeout == 0 {
+		c.ReadinessTimeout = 120 * time.Second
+	}
 	if c.PollWait == 0 {
 		c.PollWait = 30 * time.Second
 	}
@@ -127,7 +179,20 @@ func (c Config) Validate() error {
 	switch c.Runtime {
 	case "sim":
 	case "lab", "libvirt":
-		return fmt.Errorf("runtime %q is not built yet in this version; use --runtime sim", c.Runtime)
+		if _, _, err := net.ParseCIDR(c.BridgeAddress); err != nil {
+			return fmt.Errorf("bridge_address %q must be an address with prefix, e.g. 10.100.0.1/24", c.BridgeAddress)
+		}
+		for name, p := range map[string]string{"data_dir": c.DataDir, "libvirt_socket": c.LibvirtSocket, "ovmf_code": c.OVMFCode, "ovmf_vars": c.OVMFVars} {
+			if !filepath.IsAbs(p) {
+				return fmt.Errorf("%s %q must be an absolute path", name, p)
+			}
+		}
+		if c.ReadinessTimeout < 5*time.Second || c.ReadinessTimeout > time.Hour {
+			return fmt.Errorf("readiness_timeout must be 5s..1h")
+		}
+		if c.NodeSchedulerLeaseTTLSeconds < 0 {
+			return fmt.Errorf("node_scheduler_lease_ttl_seconds must not be negative")
+		}
 	default:
 		return fmt.Errorf("runtime must be sim, lab or libvirt, not %q", c.Runtime)
 	}

@@ -42,6 +42,9 @@ type Spec struct {
 	// PinCPUs are host CPUs for vCPU i (len == VCPUs), derived from the slots' NUMA CPU
 	// lists by PinFromCPUList; empty = no pinning.
 	PinCPUs []int
+	// ConsoleLog, when set, keeps a copy of the serial console in this file (readiness
+	// failures quote its tail; the console itself stays pty-only, no graphics).
+	ConsoleLog string
 }
 
 var (
@@ -218,6 +221,11 @@ type pciAddr struct {
 type console struct {
 	Type   string      `xml:"type,attr"`
 	Target *consoleTgt `xml:"target,omitempty"`
+	Log    *consoleLog `xml:"log,omitempty"`
+}
+type consoleLog struct {
+	File   string `xml:"file,attr"`
+	Append string `xml:"append,attr"`
 }
 type consoleTgt struct {
 	Type string `xml:"type,attr,omitempty"`
@@ -249,7 +257,7 @@ func Build(s Spec) ([]byte, error) {
 		return nil, fmt.Errorf("domainxml: MAC %q", s.MAC)
 	case !ifRE.MatchString(s.Bridge):
 		return nil, fmt.Errorf("domainxml: bridge %q", s.Bridge)
-	case !safePath(s.SeedISO) || (s.LoaderPath != "" && !safePath(s.LoaderPath)) || (s.NVRAMPath != "" && !safePath(s.NVRAMPath)):
+	case !safePath(s.SeedISO) || (s.LoaderPath != "" && !safePath(s.LoaderPath)) || (s.NVRAMPath != "" && !safePath(s.NVRAMPath)) || (s.ConsoleLog != "" && !safePath(s.ConsoleLog)):
 		return nil, fmt.Errorf("domainxml: seed/loader/nvram paths must be absolute and clean")
 	}
 	d := domain{Type: "kvm", Name: s.Name, UUID: s.UUID, Memory: unitValue{"MiB", s.MemoryMiB},
@@ -314,6 +322,9 @@ func Build(s Spec) ([]byte, error) {
 	}
 	d.Devices.Interfaces = []iface{nic}
 	d.Devices.Serial = console{Type: "pty", Target: &consoleTgt{Port: "0"}}
+	if s.ConsoleLog != "" {
+		d.Devices.Serial.Log = &consoleLog{File: s.ConsoleLog, Append: "off"}
+	}
 	d.Devices.Console = console{Type: "pty", Target: &consoleTgt{Type: "serial", Port: "0"}}
 	out, err := xml.MarshalIndent(d, "", "  ")
 	if err != nil {

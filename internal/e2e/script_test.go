@@ -84,7 +84,11 @@ func TestScripts(t *testing.T) {
 			"waitnode":  waitNode,
 			"waitspool": waitSpool,
 			"mkhost":    mkHost,
+			"labbridge": labBridge,
+			"loopdisk":  loopDisk,
+			"labguest":  labGuest,
 		},
+		Condition:           labCondition,
 		RequireExplicitExec: true,
 	})
 }

@@ -1,10 +1,12 @@
 // Package slicevm runs the slice VM lifecycle on a host: provision in the 17 timed phases of
-// seed 000 and release with wipe. This build has the sim runtime (no VM; every output says
-// simulated); the libvirt and lab runtimes arrive with the VM work.
+// seed 000, release with wipe, and drift reconciliation. Runtimes: Host (libvirt, the
+// production path, and lab: the same code under software emulation with loop devices and no
+// passthrough) and Sim (no VM; every output says simulated, for load tests).
 package slicevm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,22 +27,33 @@ var ReleasePhases = []string{"shutdown", "undefine", "vfio_rebind", "cloud_init_
 
 // Recorder times phases and reports them as they finish.
 type Recorder struct {
+	TaskID   string // the task being run (leases record it)
 	Now      func() time.Time
 	OnUpdate func([]task.Phase) // called after each phase (live progress)
 	mu       sync.Mutex
 	phases   []task.Phase
 }
 
-// Run times fn as phase name; an error marks the phase failed and is returned.
+// Run times fn as phase name; an error marks the phase failed and is returned, a Skip marks it
+// skipped with its reason.
 func (r *Recorder) Run(name string, fn func() error) error {
+	return r.RunDetail(name, func() (string, error) { return "", fn() })
+}
+
+// RunDetail is Run for a phase that reports what it did (shown beside its status).
+func (r *Recorder) RunDetail(name string, fn func() (string, error)) error {
 	now := r.Now
 	if now == nil {
 		now = time.Now
 	}
 	start := now()
-	err := fn()
-	p := task.Phase{Name: name, StartedAt: start.UTC(), DurationMS: now().Sub(start).Milliseconds(), Status: "ok"}
-	if err != nil {
+	detail, err := fn()
+	p := task.Phase{Name: name, StartedAt: start.UTC(), DurationMS: now().Sub(start).Milliseconds(), Status: "ok", Detail: detail}
+	var skip skipped
+	switch {
+	case errors.As(err, &skip):
+		p.Status, p.Detail, err = "skipped", skip.reason, nil
+	case err != nil:
 		p.Status, p.Error = "failed", err.Error()
 	}
 	r.mu.Lock()
@@ -51,6 +64,13 @@ func (r *Recorder) Run(name string, fn func() error) error {
 	}
 	return err
 }
+
+type skipped struct{ reason string }
+
+func (s skipped) Error() string { return "skipped: " + s.reason }
+
+// Skip ends a phase as skipped (never "ok") with the reason, e.g. Skip("lab host").
+func Skip(reason string) error { return skipped{reason} }
 
 // Phases returns a copy of the phases so far.
 func (r *Recorder) Phases() []task.Phase {

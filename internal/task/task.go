@@ -156,6 +156,7 @@ type Phase struct {
 	DurationMS int64     `json:"duration_ms"`
 	Status     string    `json:"status"` // ok | failed | skipped
 	Error      string    `json:"error,omitempty"`
+	Detail     string    `json:"detail,omitempty"` // what the phase did, or why it was skipped
 }
 
 // Result is what a host reports for a task.
@@ -166,4 +167,7 @@ type Result struct {
 	Output  json.RawMessage `json:"output,omitempty"`
 	Phases  []Phase         `json:"phases"`
 	Error   string          `json:"error,omitempty"`
+	// Reason classifies a failure for the controller, e.g. plan_invalid: the host no longer
+	// matches the controller's plan (device gone, disk mounted, lease held).
+	Reason string `json:"reason,omitempty"`
 }

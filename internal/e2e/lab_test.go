@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/labguest"
+)
+
+// The lab: real libvirtd + QEMU (software emulation), loop devices standing in for NVMe, a
+// Linux bridge for the slice network, and the project's test guest. See LAB.md.
+
+// labMissing lists what the lab scripts need and this machine lacks ("" when complete).
+func labMissing() string {
+	var miss []string
+	if os.Geteuid() != 0 {
+		miss = append(miss, "root (bridges, loop devices, DHCP on port 67)")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "virsh", "losetup", "ip", "blkdiscard", "wipefs", "objcopy", "sfdisk", "mkfs.vfat", "mcopy", "apt-get", "ssh", "mkfs.ext4"} {
+		if !onPath(tool) {
+			miss = append(miss, tool)
+		}
+	}
+	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"} {
+		if _, err := os.Stat(f); err != nil {
+			miss = append(miss, f)
+		}
+	}
+	if c, err := net.DialTimeout("unix", "/run/libvirt/libvirt-sock", time.Second); err != nil {
+		miss = append(miss, "a running libvirtd (virtlogd -d; libvirtd -d)")
+	} else {
+		c.Close()
+	}
+	if len(miss) == 0 {
+		return ""
+	}
+	return strings.Join(miss, ", ")
+}
+
+func onPath(tool string) bool {
+	for _, dir := range filepath.SplitList(os.Getenv("PATH") + ":/usr/sbin:/sbin") {
+		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && !fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// labCondition is the [lab] condition: true when the lab can run. Under CI a missing piece
+// is an error, not a skip (.ci/run installs and starts everything).
+func labCondition(cond string) (bool, error) {
+	if cond != "lab" {
+		return false, fmt.Errorf("unknown condition %q", cond)
+	}
+	miss := labMissing()
+	if miss == "" {
+		return true, nil
+	}
+	if os.Getenv("CI") != "" {
+		return false, fmt.Errorf("CI must run the lab VM tests, but this machine lacks: %s (.ci/run installs them)", miss)
+	}
+	return false, nil
+}
+
+func sh(ts *testscript.TestScript, name string, args ...string) string {
+	out, err := hostfs.Exec{}.Run(context.Background(), name, args...)
+	if err != nil {
+		ts.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// labBridge creates a Linux bridge with an address (removed when the script ends).
+// Usage: labbridge NAME CIDR
+func labBridge(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: labbridge NAME CIDR")
+	}
+	name, cidr := args[0], args[1]
+	_, _ = hostfs.Exec{}.Run(context.Background(), "ip", "link", "del", name) // leftover of a killed run
+	sh(ts, "ip", "link", "add", name, "type", "bridge")
+	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "ip", "link", "del", name) })
+	sh(ts, "ip", "addr", "add", cidr, "dev", name)
+	sh(ts, "ip", "link", "set", name, "up")
+}
+
+// loopDisk makes a sparse file, attaches it to a loop device and names it
+// /dev/disk/by-id/NAME, as a slot NVMe would be named (all undone when the script ends).
+// Usage: loopdisk NAME SIZE VAR (VAR gets the /dev/loopN path)
+func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: loopdisk NAME SIZE VAR")
+	}
+	file := ts.MkAbs(args[0] + ".img")
+	sh(ts, "truncate", "-s", args[1], file)
+	dev := sh(ts, "losetup", "-f", "--show", file)
+	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "losetup", "-d", dev) })
+	link := "/dev/disk/by-id/" + args[0]
+	ts.Check(os.MkdirAll(filepath.Dir(link), 0o755))
+	_ = os.Remove(link)
+	ts.Check(os.Symlink(dev, link))
+	ts.Defer(func() { _ = os.Remove(link) })
+	ts.Setenv(args[2], dev)
+}
+
+// labGuest builds (or takes from the cache) the test guest, serves it from a local HTTP
+// server, and writes an image catalog entry pinned to its sha256.
+// Usage: labguest SLUG FILE [bad-digest]
+func labGuest(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: labguest SLUG FILE [bad-digest]")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := labguest.Ensure(ctx, hostfs.Exec{})
+	ts.Check(err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(img.Path))), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			ts.Logf("image server: %v", err)
+		}
+	}()
+	ts.Defer(func() { _ = srv.Close() })
+	digest := img.SHA256
+	if len(args) == 3 && args[2] == "bad-digest" {
+		digest = strings.Repeat("0", 64)
+	}
+	yaml := fmt.Sprintf(`slug: %s
+display_name: gpuaas lab test guest (%s)
+version: "1"
+target: vm_slice
+family: debian
+architecture: amd64
+image_format: qcow2
+source_type: http
+source_ref: http://%s/guest.qcow2
+digest_sha256: %s
+default_username: debian
+driver_strategy: none
+active: true
+`, args[0], img.Kernel, l.Addr(), digest)
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(yaml), 0o644))
+}
