@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,43 +116,97 @@ func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[2], dev)
 }
 
-// labGuest builds (or takes from the cache) the test guest, serves it from a local HTTP
-// server, and writes an image catalog entry pinned to its sha256.
-// Usage: labguest SLUG FILE [bad-digest]
-func labGuest(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 {
-		ts.Fatalf("usage: labguest SLUG FILE [bad-digest]")
+// labImage serves an image from a local HTTP server and writes a catalog entry for it pinned
+// to its sha256. SOURCE "guest" is the project's test guest (built or taken from the cache);
+// anything else is a file in $WORK. "bad-digest" pins a wrong digest.
+// Usage: labimage SLUG YAML SOURCE [bad-digest]
+func labImage(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: labimage SLUG YAML guest|FILE [bad-digest]")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	img, err := labguest.Ensure(ctx, hostfs.Exec{})
-	ts.Check(err)
+	path, digest, desc := "", "", ""
+	if args[2] == "guest" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		img, err := labguest.Ensure(ctx, hostfs.Exec{})
+		ts.Check(err)
+		path, digest, desc = img.Path, img.SHA256, "gpuaas lab test guest ("+img.Kernel+")"
+	} else {
+		path = ts.MkAbs(args[2])
+		b, err := os.ReadFile(path)
+		ts.Check(err)
+		sum := sha256.Sum256(b)
+		digest, desc = hex.EncodeToString(sum[:]), "lab image "+args[2]
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	ts.Check(err)
-	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(img.Path))), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: http.FileServer(http.Dir(filepath.Dir(path))), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			ts.Logf("image server: %v", err)
 		}
 	}()
 	ts.Defer(func() { _ = srv.Close() })
-	digest := img.SHA256
-	if len(args) == 3 && args[2] == "bad-digest" {
+	if len(args) == 4 && args[3] == "bad-digest" {
 		digest = strings.Repeat("0", 64)
 	}
 	yaml := fmt.Sprintf(`slug: %s
-display_name: gpuaas lab test guest (%s)
+display_name: %s
 version: "1"
 target: vm_slice
 family: debian
 architecture: amd64
 image_format: qcow2
 source_type: http
-source_ref: http://%s/guest.qcow2
-digest_sha256: %s
+source_ref: http://%s/%s
+digest_sha256: "%s"
 default_username: debian
 driver_strategy: none
 active: true
-`, args[0], img.Kernel, l.Addr(), digest)
+`, args[0], desc, l.Addr(), filepath.Base(path), digest)
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(yaml), 0o644))
+}
+
+// waitSlots waits until N of a node's slots have a status. Usage: waitslots NODE STATUS N [timeout]
+func waitSlots(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: waitslots NODE STATUS N [timeout]")
+	}
+	want, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	timeout := 120 * time.Second
+	if len(args) == 4 {
+		timeout, err = time.ParseDuration(args[3])
+		ts.Check(err)
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(timeout)
+	got := map[string]int{}
+	for time.Now().Before(deadline) {
+		slots, err := c.ListSlots(context.Background(), args[0])
+		if err == nil {
+			got = map[string]int{}
+			for _, s := range slots {
+				got[s.Status]++
+			}
+			if got[args[1]] == want {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // status poll; the deadline bounds it
+	}
+	ts.Fatalf("node %s: slots by status %v after %s, want %d %s", args[0], got, timeout, want, args[1])
+}
+
+// labMount formats a device and mounts it (unmounted when the script ends).
+// Usage: labmount DEVICE DIR
+func labMount(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: labmount DEVICE DIR")
+	}
+	dir := ts.MkAbs(args[1])
+	ts.Check(os.MkdirAll(dir, 0o755))
+	sh(ts, "mkfs.ext4", "-q", "-F", args[0])
+	sh(ts, "mount", args[0], dir)
+	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "umount", dir) })
 }

@@ -15,7 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -935,20 +935,27 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 	return out, firstErr
 }
 
-// tailFile is the last n non-empty lines of a file, joined with " | " ("" if unreadable).
+var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;=?]*[A-Za-z]|[()][A-Za-z0-9])`)
+
+// tailFile is the last n non-empty lines of a console log, terminal escapes removed, each
+// line cut to 200 bytes, joined with " | " ("" if unreadable).
 func tailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
+	b = ansiRE.ReplaceAll(b, nil)
 	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' || r == '\r' }) {
 		l = strings.TrimSpace(strings.Map(func(r rune) rune {
 			if r < 0x20 || r == 0x7f {
 				return -1
 			}
 			return r
 		}, l))
+		if len(l) > 200 {
+			l = l[:200] + "…"
+		}
 		if l != "" {
 			lines = append(lines, l)
 		}
@@ -959,12 +966,3 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// sortedKeys is a helper for deterministic reports.
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
