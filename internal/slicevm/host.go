@@ -965,4 +965,3 @@ func tailFile(path string, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
-
