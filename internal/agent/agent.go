@@ -365,6 +365,16 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 			}
 			return werr
 		})
+	case *task.Reconcile:
+		err = rec.Run("reconcile", func() error {
+			r, ok := a.runtime.(slicevm.Reconciler)
+			if !ok {
+				return fmt.Errorf("runtime %s cannot reconcile", a.runtime.Name())
+			}
+			rep, rerr := r.Reconcile(ctx, p)
+			out = rep
+			return rerr
+		})
 	case *task.PrereqCheck:
 		err = rec.Run("prereq_check", func() error {
 			out = prereq.Run(a.host, prereq.Options{HugepagesGiB: p.HugepagesGiB, Bridge: p.Bridge})

@@ -213,6 +213,8 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/wipe", adminOnly, s.wipeSlot, "Queue a repair wipe + verify of a cleanup_blocked slot", struct {
 			Apply bool `json:"apply"`
 		}{}, map[string]string{}, 202},
+		{"POST", "/api/v1/admin/nodes/{id}/reconcile", adminOnly, s.queueReconcile, "Queue a signed slice.reconcile: the host compares live allocations with libvirt, leases, DHCP and disks", nil, apiv1.Reconcile{}, 202},
+		{"GET", "/api/v1/admin/nodes/{id}/reconcile", adminOnly, s.getReconcile, "Latest reconcile task and the host's drift report", nil, apiv1.Reconcile{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/approve", adminOnly, s.approveSlots, "Promote ready discovered candidates into approved slots", apiv1.SlotApprove{}, apiv1.SlotApplyResult{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/bootstrap-token", adminOnly, s.newBootstrapToken, "Issue a new one-time node enrollment token", nil, apiv1.BootstrapToken{}, 201},
 		{"GET", "/api/v1/tasks", adminOnly, s.listTasks, "List node tasks (query: node, allocation)", nil, apiv1.List[store.TaskRecord]{}, 200},

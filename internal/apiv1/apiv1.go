@@ -532,6 +532,17 @@ type Discovery struct {
 	Report      json.RawMessage `json:"report,omitempty"`
 }
 
+// Reconcile is a node's latest slice.reconcile task and, once it succeeded, the host's
+// drift report (task.ReconcileReport: per-slot drift, orphan domains, leases, reservations).
+type Reconcile struct {
+	NodeID      string          `json:"node_id"`
+	TaskID      string          `json:"task_id"`
+	Status      string          `json:"status"`
+	Error       string          `json:"error,omitempty"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Report      json.RawMessage `json:"report,omitempty"`
+}
+
 // SlotApprove promotes discovered candidates into approved slots.
 type SlotApprove struct {
 	SlotIndexes []int `json:"slot_indexes,omitempty"`

@@ -71,3 +71,13 @@ func (c *Client) WipeSlot(ctx context.Context, node string, index int, apply boo
 	}
 	return (*out)["task_id"], nil
 }
+
+// Reconcile queues slice.reconcile on a node.
+func (c *Client) Reconcile(ctx context.Context, node string) (*apiv1.Reconcile, error) {
+	return send[apiv1.Reconcile](ctx, c, http.MethodPost, nodePath(node)+"/reconcile", nil)
+}
+
+// GetReconcile returns a node's latest reconcile and its drift report.
+func (c *Client) GetReconcile(ctx context.Context, node string) (*apiv1.Reconcile, error) {
+	return get[apiv1.Reconcile](ctx, c, nodePath(node)+"/reconcile", nil)
+}

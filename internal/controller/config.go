@@ -25,6 +25,8 @@ type Config struct {
 	MaxDBConns      int32         `mapstructure:"max_db_conns"`
 	TaskLease       time.Duration `mapstructure:"task_lease"`
 	ProvisionTTL    time.Duration `mapstructure:"provision_ttl"`
+	// ReconcileInterval queues slice.reconcile on every reachable node this often (0: off).
+	ReconcileInterval time.Duration `mapstructure:"reconcile_interval"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -54,6 +56,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Duration(n, 2*time.Minute, "visibility timeout of a leased host task; a silent host's task is redelivered after it")
 		case "provision-ttl":
 			fs.Duration(n, 20*time.Minute, "deadline of slice.vm_provision; past it the allocation fails")
+		case "reconcile-interval":
+			fs.Duration(n, 10*time.Minute, "queue slice.reconcile (drift check) on every reachable node this often (0 disables)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -109,6 +113,9 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 	}
 	if fs.Lookup("task-lease") != nil && (c.TaskLease < time.Second || c.ProvisionTTL < c.TaskLease) {
 		return fmt.Errorf("--task-lease must be >= 1s and --provision-ttl >= --task-lease")
+	}
+	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 10*time.Second) {
+		return fmt.Errorf("--reconcile-interval must be 0 (off) or at least 10s")
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

@@ -144,7 +144,8 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	if err != nil {
 		return fmt.Errorf("ca: %w", err)
 	}
-	disp := dispatch.New(st, svc, signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL})
+	disp := dispatch.New(st, svc, signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
+		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge})
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)

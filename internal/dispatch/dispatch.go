@@ -28,6 +28,11 @@ type Config struct {
 	Lease        time.Duration // visibility timeout of a leased task
 	ReapEvery    time.Duration
 	OutboxEvery  time.Duration // fallback sweep; commits wake the worker at once
+	// ReconcileEvery queues slice.reconcile on every reachable node this often (0: never;
+	// operators can still ask with POST .../reconcile). ReconcileMaxAge is the heartbeat age
+	// that counts as reachable.
+	ReconcileEvery  time.Duration
+	ReconcileMaxAge time.Duration
 }
 
 func (c *Config) defaults() {
@@ -92,6 +97,9 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	go d.st.Listen(ctx, NotifyChannel, d.hub.Wake,
 		func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) },
 		func() { d.listenOnce.Do(func() { close(d.listening) }) })
+	if d.cfg.ReconcileEvery > 0 {
+		go d.reconcileLoop(ctx)
+	}
 	reap := time.NewTicker(d.cfg.ReapEvery)
 	sweep := time.NewTicker(d.cfg.OutboxEvery)
 	defer reap.Stop()
@@ -195,6 +203,28 @@ func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxE
 	if err != nil {
 		return nil, err
 	}
+	bundles, err := bundlesFromSnapshots(snaps)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Topic == "allocation.release_requested" || ev.Topic == "allocation.failed" {
+		return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMRelease), OutboxID: ev.ID, TTL: d.cfg.ReleaseTTL,
+			Payload: task.VMRelease{AllocationID: rec.ID, Bundles: bundles, Wipe: true, GracefulTimeoutS: 120}}, nil
+	}
+	var prof task.Profile
+	if err := json.Unmarshal(rec.ResolvedProfile, &prof); err != nil {
+		return nil, fmt.Errorf("profile snapshot: %w", err)
+	}
+	var img task.Image
+	if err := json.Unmarshal(rec.ImageSnapshot, &img); err != nil {
+		return nil, fmt.Errorf("image snapshot: %w", err)
+	}
+	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
+		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys}}, nil
+}
+
+// bundlesFromSnapshots turns claim snapshots (the slot as it was reserved) into task bundles.
+func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 	bundles := make([]task.Bundle, 0, len(snaps))
 	for _, s := range snaps {
 		var b task.Bundle
@@ -225,20 +255,7 @@ func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxE
 		}
 		bundles = append(bundles, b)
 	}
-	if ev.Topic == "allocation.release_requested" || ev.Topic == "allocation.failed" {
-		return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMRelease), OutboxID: ev.ID, TTL: d.cfg.ReleaseTTL,
-			Payload: task.VMRelease{AllocationID: rec.ID, Bundles: bundles, Wipe: true, GracefulTimeoutS: 120}}, nil
-	}
-	var prof task.Profile
-	if err := json.Unmarshal(rec.ResolvedProfile, &prof); err != nil {
-		return nil, fmt.Errorf("profile snapshot: %w", err)
-	}
-	var img task.Image
-	if err := json.Unmarshal(rec.ImageSnapshot, &img); err != nil {
-		return nil, fmt.Errorf("image snapshot: %w", err)
-	}
-	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
-		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys}}, nil
+	return bundles, nil
 }
 
 // Poll waits up to wait for a task for node, leases it and returns it signed; nil when the
@@ -328,6 +345,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 	}
 	if tr.Type == string(task.TypeWipeVerify) {
 		return d.applyRepair(ctx, tr)
+	}
+	if tr.Type == string(task.TypeReconcile) && tr.Status == "succeeded" {
+		return d.applyReconcile(ctx, tr)
 	}
 	if tr.AllocationID == "" {
 		return nil

@@ -106,9 +106,38 @@ type WipeVerify struct {
 	Apply  bool   `json:"apply"`
 }
 
-// Reconcile is the payload of slice.reconcile.
+// Reconcile is the payload of slice.reconcile: what the controller believes runs on the
+// node. The host compares it with libvirt, leases, DHCP reservations and disks.
 type Reconcile struct {
-	AllocationIDs []string `json:"allocation_ids"`
+	Allocations []ReconcileAllocation `json:"allocations"`
+}
+
+// ReconcileAllocation is one live slice allocation the controller expects on the node.
+type ReconcileAllocation struct {
+	AllocationID string   `json:"allocation_id"`
+	Status       string   `json:"status"` // provisioning | active | releasing
+	Bundles      []Bundle `json:"bundles"`
+}
+
+// ReconcileReport is slice.reconcile's output: per-slot drift and host objects no
+// allocation accounts for.
+type ReconcileReport struct {
+	Runtime            string      `json:"runtime"`
+	Simulated          bool        `json:"simulated"`
+	Slots              []SlotDrift `json:"slots"`
+	OrphanDomains      []string    `json:"orphan_domains"`      // gpuaas-* domains of no live allocation
+	OrphanLeases       []string    `json:"orphan_leases"`       // slot ids leased by no live allocation
+	OrphanReservations []string    `json:"orphan_reservations"` // MACs reserved for no live allocation
+	CheckedAt          time.Time   `json:"checked_at"`
+}
+
+// SlotDrift is one expected slot's state on the host.
+type SlotDrift struct {
+	SlotID       string   `json:"slot_id"`
+	SlotIndex    int      `json:"slot_index"`
+	AllocationID string   `json:"allocation_id"`
+	DomainState  string   `json:"domain_state"` // running | shutoff | not_found | ...
+	Drift        []string `json:"drift,omitempty"`
 }
 
 // PrereqCheck is the payload of host.prereq_check.

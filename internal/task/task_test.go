@@ -126,7 +126,7 @@ func TestReplayRefusedAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := New(priv, "task-9", "node-1", TypeReconcile, Reconcile{AllocationIDs: []string{"a1"}}, t0, time.Hour, 1)
+	e, _ := New(priv, "task-9", "node-1", TypeReconcile, Reconcile{Allocations: []ReconcileAllocation{{AllocationID: "a1", Status: "active"}}}, t0, time.Hour, 1)
 	v := &Verifier{Key: pub, NodeID: "node-1", Now: func() time.Time { return t0 }, Replay: rs}
 	if _, err := v.Verify(e); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 		NewCmdUndrain(f, nil),
 		NewCmdBootstrapToken(f, nil),
 		NewCmdStorageTransition(f, nil),
+		NewCmdReconcile(f, nil),
 	)
 }
 
