@@ -486,8 +486,17 @@ type TaskPhase struct {
 	Name       string    `json:"name"`
 	StartedAt  time.Time `json:"started_at"`
 	DurationMS int64     `json:"duration_ms"`
-	Status     string    `json:"status"`
+	Status     string    `json:"status"` // ok | failed | skipped | running (progress of the phase in flight)
 	Error      string    `json:"error,omitempty"`
+	Detail     string    `json:"detail,omitempty"` // what the phase did, or why it was skipped
+}
+
+// Note is the phase's error, else what it did or why it was skipped.
+func (p TaskPhase) Note() string {
+	if p.Error != "" {
+		return p.Error
+	}
+	return p.Detail
 }
 
 // Task is a node task as the admin API shows it.

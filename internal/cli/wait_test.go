@@ -63,3 +63,47 @@ func TestAllocCreateAndReleaseWait(t *testing.T) {
 		t.Fatalf("only new phases: %q", r.ErrOut)
 	}
 }
+
+func TestWaitShowsRunningProgressAndSkipReasons(t *testing.T) {
+	t.Parallel()
+	a := sampleAlloc()
+	a.Status, a.Tasks = "requested", nil
+	step := func(phases ...apiv1.TaskPhase) apiv1.AllocationTask {
+		return apiv1.AllocationTask{ID: "task-prov", Type: "slice.vm_provision", Attempt: 1, Status: "running", Phases: phases}
+	}
+	skip := apiv1.TaskPhase{Name: "vfio_bind_check", Status: "skipped", Detail: "lab host: no PCI passthrough"}
+	dl := func(d string) apiv1.TaskPhase { return apiv1.TaskPhase{Name: "image_stat_download", Status: "running", Detail: d} }
+	answers := []apiv1.AllocationTask{
+		step(skip, dl("10 of 100 MiB (10%)")),
+		step(skip, dl("10 of 100 MiB (10%)")), // same progress: not repeated
+		step(skip, dl("60 of 100 MiB (60%)")),
+		step(skip, apiv1.TaskPhase{Name: "image_stat_download", Status: "ok", DurationMS: 3000, Detail: "downloaded"}),
+	}
+	var gets atomic.Int32
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"POST /api/v1/allocations": reply(201, a),
+		"GET /api/v1/allocations/" + a.ID: func(w http.ResponseWriter, r *http.Request) {
+			i := int(gets.Add(1)) - 1
+			cur := a
+			cur.Status = "provisioning"
+			if i >= len(answers)-1 {
+				i, cur.Status = len(answers)-1, "active"
+			}
+			cur.Tasks = []apiv1.AllocationTask{answers[i]}
+			reply(200, cur)(w, r)
+		},
+	})
+	r := run(t, fa.env(t), "alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--wait")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	if !strings.Contains(r.ErrOut, "vfio_bind_check            skipped 0s  lab host: no PCI passthrough") {
+		t.Errorf("skip reason missing: %q", r.ErrOut)
+	}
+	if strings.Count(r.ErrOut, "running 10 of 100 MiB (10%)") != 1 || strings.Count(r.ErrOut, "running 60 of 100 MiB (60%)") != 1 {
+		t.Errorf("each distinct progress once: %q", r.ErrOut)
+	}
+	if strings.Count(r.ErrOut, "image_stat_download        ok") != 1 {
+		t.Errorf("finished phase once: %q", r.ErrOut)
+	}
+}

@@ -42,6 +42,12 @@ func (c *Cache) path(digest string) string { return filepath.Join(c.Dir, digest+
 // Get returns a verified local path for the image with digest, downloading it from source
 // (http/https/file URL) when it is not cached. fresh reports whether it was downloaded now.
 func (c *Cache) Get(ctx context.Context, source, digest string) (path string, fresh bool, err error) {
+	return c.GetProgress(ctx, source, digest, c.Progress)
+}
+
+// GetProgress is Get reporting this download's progress to progress (nil: none); total is
+// -1 when the source does not say.
+func (c *Cache) GetProgress(ctx context.Context, source, digest string, progress func(done, total int64)) (path string, fresh bool, err error) {
 	if !digestRE.MatchString(digest) {
 		return "", false, fmt.Errorf("imagecache: digest %q is not a sha256 hex digest", digest)
 	}
@@ -59,13 +65,13 @@ func (c *Cache) Get(ctx context.Context, source, digest string) (path string, fr
 		}
 		_ = os.Remove(p) // corrupted cache entry: fetch again
 	}
-	if err := c.download(ctx, source, digest, p); err != nil {
+	if err := c.download(ctx, source, digest, p, progress); err != nil {
 		return "", false, err
 	}
 	return p, true, nil
 }
 
-func (c *Cache) download(ctx context.Context, source, digest, dst string) error {
+func (c *Cache) download(ctx context.Context, source, digest, dst string, progress func(done, total int64)) error {
 	u, err := url.Parse(source)
 	if err != nil {
 		return fmt.Errorf("imagecache: source %q: %w", source, err)
@@ -132,8 +138,8 @@ func (c *Cache) download(ctx context.Context, source, digest, dst string) error 
 				return err
 			}
 			h.Write(buf[:n])
-			if c.Progress != nil {
-				c.Progress(done, total)
+			if progress != nil {
+				progress(done, total)
 			}
 		}
 		if errors.Is(rerr, io.EOF) {

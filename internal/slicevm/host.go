@@ -224,7 +224,14 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			}
 			var fresh bool
 			var err error
-			imagePath, fresh, err = h.cfg.Images.Get(ctx, p.Image.SourceRef, p.Image.DigestSHA256)
+			var last time.Time
+			imagePath, fresh, err = h.cfg.Images.GetProgress(ctx, p.Image.SourceRef, p.Image.DigestSHA256, func(done, total int64) {
+				if time.Since(last) < 2*time.Second {
+					return // throttled: progress goes to the controller
+				}
+				last = time.Now()
+				rec.Progress("image_stat_download", downloadDetail(done, total))
+			})
 			if err != nil {
 				return "", err
 			}
@@ -359,6 +366,14 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 	}
 	succeeded = true
 	return out, nil
+}
+
+func downloadDetail(done, total int64) string {
+	const mib = 1 << 20
+	if total > 0 {
+		return fmt.Sprintf("%d of %d MiB (%d%%)", done/mib, total/mib, done*100/total)
+	}
+	return fmt.Sprintf("%d MiB", done/mib)
 }
 
 func slotIDs(bs []task.Bundle) []string {

@@ -209,3 +209,23 @@ func TestPlanInvalidError(t *testing.T) {
 		t.Fatal(re.Error())
 	}
 }
+
+func TestRecorderProgressIsNotAFinishedPhase(t *testing.T) {
+	var updates [][]task.Phase
+	rec := &Recorder{OnUpdate: func(p []task.Phase) { updates = append(updates, p) }}
+	_ = rec.Run("lease_acquire", func() error { return nil })
+	rec.Progress("image_stat_download", downloadDetail(50<<20, 100<<20))
+	if len(updates) != 2 {
+		t.Fatalf("%d updates", len(updates))
+	}
+	last := updates[1]
+	if len(last) != 2 || last[1].Status != "running" || last[1].Detail != "50 of 100 MiB (50%)" {
+		t.Fatalf("progress update %+v", last)
+	}
+	if ph := rec.Phases(); len(ph) != 1 {
+		t.Fatalf("a running entry leaked into the phases: %+v", ph)
+	}
+	if d := downloadDetail(3<<20, -1); d != "3 MiB" {
+		t.Fatal(d)
+	}
+}

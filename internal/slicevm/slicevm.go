@@ -65,6 +65,19 @@ func (r *Recorder) RunDetail(name string, fn func() (string, error)) error {
 	return err
 }
 
+// Progress reports a phase still running (e.g. bytes downloaded) to OnUpdate as a last entry
+// with status "running"; it is not kept among the finished phases.
+func (r *Recorder) Progress(name, detail string) {
+	if r.OnUpdate == nil {
+		return
+	}
+	now := r.Now
+	if now == nil {
+		now = time.Now
+	}
+	r.OnUpdate(append(r.Phases(), task.Phase{Name: name, StartedAt: now().UTC(), Status: "running", Detail: detail}))
+}
+
 type skipped struct{ reason string }
 
 func (s skipped) Error() string { return "skipped: " + s.reason }

@@ -79,7 +79,7 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		var ms int64
 		for _, ph := range tk.Phases {
 			ms += ph.DurationMS
-			t.Row("", ph.Name, ph.Status, output.Millis(ph.DurationMS), output.Dash(ph.Error))
+			t.Row("", ph.Name, ph.Status, output.Millis(ph.DurationMS), output.Dash(ph.Note()))
 		}
 		if len(tk.Phases) > 0 {
 			t.Row("", "total", "", output.Millis(ms))

@@ -70,6 +70,7 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 	id := from.ID
 	start := time.Now()
 	seen := map[string]bool{}
+	running := map[string]string{} // phase in flight -> last progress shown
 	phaseKey := func(tk apiv1.AllocationTask, p apiv1.TaskPhase) string {
 		return fmt.Sprintf("%s/%d/%s", tk.ID, tk.Attempt, p.Name)
 	}
@@ -91,10 +92,19 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 				if seen[key] {
 					continue
 				}
+				if p.Status == "running" {
+					if running[key] != p.Detail {
+						running[key] = p.Detail
+						fmt.Fprintf(progress, "[%6.1fs] %s #%d %-26s %-6s %s\n", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, p.Detail)
+					}
+					continue
+				}
 				seen[key] = true
 				line := fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, output.Millis(p.DurationMS))
 				if p.Error != "" {
 					line += "  " + p.Error
+				} else if p.Status == "skipped" && p.Detail != "" {
+					line += "  " + p.Detail
 				}
 				fmt.Fprintln(progress, line)
 			}

@@ -119,9 +119,9 @@ func printTask(t *output.TableWriter, tk *apiv1.Task) {
 		t.Row("Output:", string(tk.Output))
 	}
 	t.Blank()
-	t.Row("PHASE", "STATUS", "DURATION", "ERROR")
+	t.Row("PHASE", "STATUS", "DURATION", "DETAIL")
 	for _, p := range tk.Phases {
-		t.Row(p.Name, p.Status, output.Millis(p.DurationMS), output.Dash(p.Error))
+		t.Row(p.Name, p.Status, output.Millis(p.DurationMS), output.Dash(p.Note()))
 	}
 	t.Row("total", "", total(tk.Phases))
 }
