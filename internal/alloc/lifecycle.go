@@ -248,6 +248,19 @@ func (s *Service) MarkActive(ctx context.Context, id string) error {
 // MarkFailed records a provisioning failure. Slots whose devices may have been touched go to
 // failed (they need cleanup with a verified wipe before reuse); claims are closed.
 func (s *Service) MarkFailed(ctx context.Context, id, reason string) error {
+	return s.markFailed(ctx, id, reason, true)
+}
+
+// MarkPlanInvalid fails an allocation whose host refused the plan before touching anything
+// (seed 004 plan_invalid: device gone, VF missing, disk mounted, lease held). No cleanup is
+// queued: wiping a disk the host says is mounted or leased to another allocation could
+// destroy data in use. The slots go to failed with the reason, blocked until an operator
+// repairs them (gpuaasctl slots wipe NODE INDEX --apply: a verified wipe), and new requests are placed elsewhere.
+func (s *Service) MarkPlanInvalid(ctx context.Context, id, reason string) error {
+	return s.markFailed(ctx, id, reason, false)
+}
+
+func (s *Service) markFailed(ctx context.Context, id, reason string, mayHaveTouched bool) error {
 	if reason == "" {
 		return invalid("a failure needs a reason")
 	}
@@ -286,7 +299,7 @@ func (s *Service) MarkFailed(ctx context.Context, id, reason string) error {
 		// touched: the host may have written the disks; the dispatcher starts a cleanup
 		// (release with wipe) so the slots can return once proven clean.
 		return tx.QueueOutbox(ctx, "allocation.failed", id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason,
-			"touched": rec.Status != AllocRequested})
+			"touched": mayHaveTouched && rec.Status != AllocRequested})
 	})
 }
 

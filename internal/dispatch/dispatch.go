@@ -361,7 +361,11 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		if reason == "" {
 			reason = "provisioning " + tr.Status
 		}
-		err = d.alloc.MarkFailed(ctx, tr.AllocationID, reason)
+		if strings.Contains(reason, "plan_invalid: ") {
+			err = d.alloc.MarkPlanInvalid(ctx, tr.AllocationID, reason)
+		} else {
+			err = d.alloc.MarkFailed(ctx, tr.AllocationID, reason)
+		}
 	case tr.Type == string(task.TypeVMRelease):
 		var out task.ReleaseOutput
 		_ = json.Unmarshal(tr.Output, &out) // a failed release may carry partial or no proofs

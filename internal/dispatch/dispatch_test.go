@@ -253,6 +253,31 @@ func TestFailedProvisionFailsTheAllocation(t *testing.T) {
 	}
 }
 
+func TestPlanInvalidBlocksTheSlotsWithoutAWipe(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(1)
+	env := w.poll(time.Second)
+	reason := "runtime_validate: plan_invalid: slot 0 disk /dev/disk/by-id/x: refused: /dev/loop3 is mounted (/mnt)"
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "failed", Error: reason, Reason: "plan_invalid"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
+	if got.Status != "failed" || !strings.Contains(got.FailureReason, "plan_invalid") {
+		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
+	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "failed" {
+		t.Fatalf("slot = %s, want failed (blocked until repaired)", slots[0].Status)
+	}
+	// No cleanup: wiping a disk the host says is mounted or leased elsewhere could destroy data.
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if cl := w.poll(200 * time.Millisecond); cl != nil {
+		t.Fatalf("a plan_invalid failure queued %s", cl.Type)
+	}
+}
+
 func TestExpiredTaskFailsTheAllocation(t *testing.T) {
 	w := setup(t, dispatch.Config{ProvisionTTL: time.Second})
 	a := w.allocate(1)

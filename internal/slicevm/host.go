@@ -894,8 +894,18 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 				return "", Skip("wipe not requested")
 			}
 			w := disk.Wiper{FS: h.cfg.FS, Run: h.cfg.Run}
+			held, err := h.cfg.Leases.Held()
+			if err != nil {
+				return "", err
+			}
 			var done []string
 			for _, b := range p.Bundles {
+				if owner := leasedToOther(held, b, p.AllocationID); owner != "" {
+					// The host says another allocation owns this disk: never wipe it.
+					out.Wiped[b.SlotID] = task.WipeProof{Error: "refused: " + b.NVMeDevice + " is leased to allocation " + owner}
+					wipeErr = errors.Join(wipeErr, fmt.Errorf("slot %d %s: leased to allocation %s", b.SlotIndex, b.NVMeDevice, owner))
+					continue
+				}
 				ev, err := w.Wipe(ctx, b.NVMeDevice, true)
 				proof := task.WipeProof{Verified: err == nil && ev.Verified, Method: ev.Method,
 					Evidence: fmt.Sprintf("%s (%s): %d bytes, %d sampled, %d non-zero regions, signature after %q", b.NVMeDevice, ev.Resolved, ev.Bytes, ev.SampledBytes, ev.NonZeroRegions, ev.SignatureAfter)}
@@ -951,6 +961,25 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 }
 
 var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;=?]*[A-Za-z]|[()][A-Za-z0-9])`)
+
+// leasedToOther is the allocation other than alloc holding a lease on the bundle's slot or
+// any of its devices ("" if none).
+func leasedToOther(held []leases.Lease, b task.Bundle, alloc string) string {
+	for _, l := range held {
+		if l.AllocationID == alloc {
+			continue
+		}
+		if l.SlotID == b.SlotID {
+			return l.AllocationID
+		}
+		for _, d := range l.Devices {
+			if d != "" && (d == b.NVMeDevice || d == b.GPUPCI || d == b.FabricVFPCI) {
+				return l.AllocationID
+			}
+		}
+	}
+	return ""
+}
 
 // tailFile is the last n non-empty lines of a console log, terminal escapes removed, each
 // line cut to 200 bytes, joined with " | " ("" if unreadable).

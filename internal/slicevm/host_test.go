@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/leases"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
@@ -227,5 +228,23 @@ func TestRecorderProgressIsNotAFinishedPhase(t *testing.T) {
 	}
 	if d := downloadDetail(3<<20, -1); d != "3 MiB" {
 		t.Fatal(d)
+	}
+}
+
+func TestLeasedToOther(t *testing.T) {
+	b := plan().Bundles[0]
+	held := []leases.Lease{
+		{SlotID: "s9", AllocationID: "mine", Devices: []string{b.NVMeDevice}},
+		{SlotID: "s5", AllocationID: "other", Devices: []string{"0000:99:00.0", "0000:99:00.2", "/dev/disk/by-id/nvme-other"}},
+	}
+	if got := leasedToOther(held, b, "mine"); got != "" {
+		t.Fatalf("own lease counted: %q", got)
+	}
+	held = append(held, leases.Lease{SlotID: "s7", AllocationID: "other2", Devices: []string{"", b.NVMeDevice}})
+	if got := leasedToOther(held, b, "mine"); got != "other2" {
+		t.Fatalf("disk leased to another allocation not seen: %q", got)
+	}
+	if got := leasedToOther([]leases.Lease{{SlotID: b.SlotID, AllocationID: "x"}}, b, "mine"); got != "x" {
+		t.Fatalf("slot leased to another allocation not seen: %q", got)
 	}
 }
