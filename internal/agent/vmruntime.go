@@ -24,6 +24,8 @@ import (
 // vmServices are the host services a VM runtime needs while hostd runs: the DHCP server on
 // the slice bridge and the guest telemetry endpoint.
 type vmServices struct {
+	host      *slicevm.Host
+	bridgeIP  net.IP
 	dhcp      *dhcpd.Server
 	telemetry *telemetry.Registry
 	hyper     hypervisor.Hypervisor
@@ -69,7 +71,7 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 		hv.Close()
 		return nil, nil, err
 	}
-	return h, &vmServices{dhcp: srv, telemetry: reg, hyper: hv, addr: cfg.TelemetryAddr, log: log}, nil
+	return h, &vmServices{host: h, bridgeIP: ip, dhcp: srv, telemetry: reg, hyper: hv, addr: cfg.TelemetryAddr, log: log}, nil
 }
 
 // start binds the DHCP server to the bridge and the telemetry listener; both stop with ctx.
@@ -99,6 +101,12 @@ func (s *vmServices) start(ctx context.Context) error {
 		}
 	}()
 	go func() { <-ctx.Done(); _ = hs.Close() }()
+	// Guests reach the endpoint on the bridge address unless it listens on a specific one.
+	host, port, _ := net.SplitHostPort(l.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = s.bridgeIP.String()
+	}
+	s.host.SetTelemetryURL("http://" + net.JoinHostPort(host, port) + "/internal/v1/guest-telemetry")
 	s.log.Info("slice services up", "dhcp_interface", "bridge", "telemetry", l.Addr().String())
 	return nil
 }

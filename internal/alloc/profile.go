@@ -22,6 +22,8 @@ type vmProfile struct {
 	MemoryMiB   int             `json:"memory_mib"`
 	DerivedFrom string          `json:"derived_from"`
 	Hugepages   json.RawMessage `json:"hugepages,omitempty"`
+	// GuestDriverProfile is inherited by profiles derived from this one unless they set their own.
+	GuestDriverProfile string `json:"guest_driver_profile,omitempty"`
 }
 
 type resourceProfile struct {
@@ -81,7 +83,7 @@ func ResolveProfile(sku apiv1.SKU, gpus int, override string) (apiv1.ResolvedPro
 	for _, name := range profileNames(rp) {
 		p := rp.Profiles[name]
 		if p.DerivedFrom == rp.Default && p.GPUCount == gpus {
-			return materialize(name, SourceSKUProfile, p), nil
+			return materialize(name, SourceSKUProfile, inherit(p, def)), nil
 		}
 	}
 	if def.GPUCount != 1 {
@@ -92,12 +94,23 @@ func ResolveProfile(sku apiv1.SKU, gpus int, override string) (apiv1.ResolvedPro
 
 func materialize(name, source string, p vmProfile) apiv1.ResolvedProfile {
 	return apiv1.ResolvedProfile{Name: name, Source: source, DerivedFrom: p.DerivedFrom, GPUCount: p.GPUCount,
-		VCPUCount: p.VCPUCount, MemoryMiB: p.MemoryMiB, Hugepages: p.Hugepages}
+		VCPUCount: p.VCPUCount, MemoryMiB: p.MemoryMiB, Hugepages: p.Hugepages, GuestDriverProfile: p.GuestDriverProfile}
+}
+
+// inherit fills what a derived profile leaves unset (hugepages, guest driver) from its parent.
+func inherit(p, parent vmProfile) vmProfile {
+	if len(p.Hugepages) == 0 {
+		p.Hugepages = parent.Hugepages
+	}
+	if p.GuestDriverProfile == "" {
+		p.GuestDriverProfile = parent.GuestDriverProfile
+	}
+	return p
 }
 
 func scale(name string, p vmProfile, gpus int) apiv1.ResolvedProfile {
 	return apiv1.ResolvedProfile{Name: fmt.Sprintf("%s_x%d", name, gpus), Source: SourceScaled, DerivedFrom: name,
-		GPUCount: gpus, VCPUCount: p.VCPUCount * gpus, MemoryMiB: p.MemoryMiB * gpus, Hugepages: p.Hugepages}
+		GPUCount: gpus, VCPUCount: p.VCPUCount * gpus, MemoryMiB: p.MemoryMiB * gpus, Hugepages: p.Hugepages, GuestDriverProfile: p.GuestDriverProfile}
 }
 
 func profileNames(rp resourceProfile) []string {

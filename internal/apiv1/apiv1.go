@@ -286,6 +286,8 @@ type ResolvedProfile struct {
 	VCPUCount   int             `json:"vcpu_count"`
 	MemoryMiB   int             `json:"memory_mib"`
 	Hugepages   json.RawMessage `json:"hugepages,omitempty"`
+	// GuestDriverProfile is the guest driver install run at first boot (empty: none).
+	GuestDriverProfile string `json:"guest_driver_profile,omitempty"`
 }
 
 // Price is the SKU price captured when the allocation was created.

@@ -72,7 +72,9 @@ func TestWaitShowsRunningProgressAndSkipReasons(t *testing.T) {
 		return apiv1.AllocationTask{ID: "task-prov", Type: "slice.vm_provision", Attempt: 1, Status: "running", Phases: phases}
 	}
 	skip := apiv1.TaskPhase{Name: "vfio_bind_check", Status: "skipped", Detail: "lab host: no PCI passthrough"}
-	dl := func(d string) apiv1.TaskPhase { return apiv1.TaskPhase{Name: "image_stat_download", Status: "running", Detail: d} }
+	dl := func(d string) apiv1.TaskPhase {
+		return apiv1.TaskPhase{Name: "image_stat_download", Status: "running", Detail: d}
+	}
 	answers := []apiv1.AllocationTask{
 		step(skip, dl("10 of 100 MiB (10%)")),
 		step(skip, dl("10 of 100 MiB (10%)")), // same progress: not repeated

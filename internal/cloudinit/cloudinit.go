@@ -6,9 +6,11 @@ package cloudinit
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/kdomanski/iso9660"
@@ -28,7 +30,45 @@ type Seed struct {
 	// TelemetryToken is the per-allocation token the guest helper uses.
 	TelemetryToken string
 	ReadyMarker    string // file the guest writes when boot finished (default /var/lib/gpuaas/slice-ready)
+	// TelemetryURL is where the guest helper POSTs (http://<bridge address>:9110/internal/v1/guest-telemetry);
+	// empty: no helper is installed.
+	TelemetryURL string
+	// GuestDriverProfile names a driver install (DriverProfiles) run at first boot; empty: none.
+	GuestDriverProfile string
 }
+
+// DriverProfile is a guest driver install: packages plus commands run after them.
+type DriverProfile struct {
+	Packages []string
+	Runcmd   [][]string
+}
+
+// DriverProfiles are the guest driver installs a SKU profile may name (guest_driver_profile).
+var DriverProfiles = map[string]DriverProfile{
+	"ubuntu_24_04_nvidia_570_server_rdma": {
+		Packages: []string{"nvidia-driver-570-server", "nvidia-utils-570-server", "nvidia-fabricmanager-570", "rdma-core", "ibverbs-utils", "infiniband-diags"},
+		Runcmd:   [][]string{{"systemctl", "enable", "--now", "nvidia-fabricmanager"}, {"modprobe", "nvidia"}},
+	},
+	"ubuntu_24_04_rocm_6_rdma": {
+		Packages: []string{"rdma-core", "ibverbs-utils"},
+		Runcmd:   [][]string{{"sh", "-c", "apt-get install -y amdgpu-dkms rocm-smi-lib || true"}},
+	},
+}
+
+// telemetryHelper is the guest side of guest telemetry: every minute it POSTs a small JSON
+// snapshot (load, memory, GPUs when nvidia-smi exists) with the per-allocation token.
+const telemetryHelper = `#!/bin/sh
+# gpuaas guest telemetry helper: POSTs a snapshot to the host with the per-allocation token.
+. /etc/gpuaas/instance.env
+gpus=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi --query-gpu=index,utilization.gpu,memory.used,temperature.gpu --format=csv,noheader,nounits | tr '\n' ';')
+fi
+body=$(printf '{"instance_id":"%s","loadavg":"%s","mem_available_kb":%s,"gpus":"%s"}' \
+  "$GPUAAS_INSTANCE_ID" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(awk '/MemAvailable/{print $2}' /proc/meminfo)" "$gpus")
+exec curl -fsS -m 10 -H "Authorization: Bearer $GPUAAS_TELEMETRY_TOKEN" -H 'Content-Type: application/json' \
+  --data "$body" "$GPUAAS_TELEMETRY_URL" >/dev/null
+`
 
 var (
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -66,6 +106,22 @@ func (s Seed) Validate() error {
 	if s.TelemetryToken != "" && !idRE.MatchString(s.TelemetryToken) {
 		return fmt.Errorf("cloudinit: telemetry token is not a safe token")
 	}
+	if s.TelemetryURL != "" {
+		u, err := url.Parse(s.TelemetryURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(s.TelemetryURL, " \n\r'\"$`\\") {
+			return fmt.Errorf("cloudinit: telemetry URL %q is not a plain http(s) URL", s.TelemetryURL)
+		}
+	}
+	if s.GuestDriverProfile != "" {
+		if _, ok := DriverProfiles[s.GuestDriverProfile]; !ok {
+			names := make([]string, 0, len(DriverProfiles))
+			for n := range DriverProfiles {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			return fmt.Errorf("cloudinit: unknown guest_driver_profile %q (known: %s)", s.GuestDriverProfile, strings.Join(names, ", "))
+		}
+	}
 	return nil
 }
 
@@ -100,12 +156,30 @@ func Render(s Seed) (Files, error) {
 		"users":             []any{"default", user},
 		"ssh_pwauth":        false,
 		"disable_root":      true,
-		"write_files": []any{map[string]any{
-			"path": "/etc/gpuaas/instance.env", "permissions": "0600", "owner": "root:root",
-			"content": fmt.Sprintf("GPUAAS_INSTANCE_ID=%s\nGPUAAS_TELEMETRY_TOKEN=%s\n", s.InstanceID, s.TelemetryToken),
-		}},
-		"runcmd": []any{[]string{"sh", "-c", "mkdir -p " + filepath.Dir(marker) + " && date -u +%FT%TZ > " + marker}},
 	}
+	env := fmt.Sprintf("GPUAAS_INSTANCE_ID=%s\nGPUAAS_TELEMETRY_TOKEN=%s\nGPUAAS_TELEMETRY_URL=%s\n", s.InstanceID, s.TelemetryToken, s.TelemetryURL)
+	files := []any{map[string]any{"path": "/etc/gpuaas/instance.env", "permissions": "0600", "owner": "root:root", "content": env}}
+	var runcmd []any
+	if s.TelemetryURL != "" {
+		files = append(files,
+			map[string]any{"path": "/usr/local/bin/gpuaas-metrics-helper", "permissions": "0755", "owner": "root:root", "content": telemetryHelper},
+			map[string]any{"path": "/etc/systemd/system/gpuaas-metrics-helper.service", "permissions": "0644", "owner": "root:root",
+				"content": "[Unit]\nDescription=gpuaas guest telemetry snapshot\n\n[Service]\nType=oneshot\nExecStart=/usr/local/bin/gpuaas-metrics-helper\n"},
+			map[string]any{"path": "/etc/systemd/system/gpuaas-metrics-helper.timer", "permissions": "0644", "owner": "root:root",
+				"content": "[Unit]\nDescription=gpuaas guest telemetry every minute\n\n[Timer]\nOnBootSec=30s\nOnUnitActiveSec=60s\n\n[Install]\nWantedBy=timers.target\n"})
+		runcmd = append(runcmd, []string{"sh", "-c", "command -v systemctl >/dev/null && systemctl daemon-reload && systemctl enable --now gpuaas-metrics-helper.timer || true"})
+	}
+	if s.GuestDriverProfile != "" {
+		dp := DriverProfiles[s.GuestDriverProfile]
+		cfg["package_update"] = true
+		cfg["packages"] = dp.Packages
+		for _, c := range dp.Runcmd {
+			runcmd = append(runcmd, c)
+		}
+	}
+	// Last: the readiness marker says first boot (and any driver install) finished.
+	runcmd = append(runcmd, []string{"sh", "-c", "mkdir -p " + filepath.Dir(marker) + " && date -u +%FT%TZ > " + marker})
+	cfg["write_files"], cfg["runcmd"] = files, runcmd
 	ud, err := yaml.Marshal(cfg)
 	if err != nil {
 		return Files{}, err

@@ -53,6 +53,51 @@ func TestRenderPassesCloudInitSchema(t *testing.T) {
 	}
 }
 
+func TestTelemetryHelperAndDriverProfile(t *testing.T) {
+	s := seed()
+	s.TelemetryURL = "http://10.100.0.1:9110/internal/v1/guest-telemetry"
+	s.GuestDriverProfile = "ubuntu_24_04_nvidia_570_server_rdma"
+	f, err := Render(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ud struct {
+		Packages   []string `yaml:"packages"`
+		WriteFiles []struct {
+			Path, Permissions, Content string
+		} `yaml:"write_files"`
+		Runcmd [][]string `yaml:"runcmd"`
+	}
+	if err := yaml.Unmarshal(f.UserData, &ud); err != nil {
+		t.Fatal(err)
+	}
+	if len(ud.Packages) == 0 || ud.Packages[0] != "nvidia-driver-570-server" {
+		t.Fatalf("packages %v", ud.Packages)
+	}
+	paths := map[string]string{}
+	for _, w := range ud.WriteFiles {
+		paths[w.Path] = w.Permissions
+		if w.Path == "/etc/gpuaas/instance.env" && !strings.Contains(w.Content, "GPUAAS_TELEMETRY_URL="+s.TelemetryURL) {
+			t.Fatalf("instance.env lacks the telemetry URL: %q", w.Content)
+		}
+	}
+	if paths["/etc/gpuaas/instance.env"] != "0600" || paths["/usr/local/bin/gpuaas-metrics-helper"] != "0755" || paths["/etc/systemd/system/gpuaas-metrics-helper.timer"] == "" {
+		t.Fatalf("write_files %v", paths)
+	}
+	last := ud.Runcmd[len(ud.Runcmd)-1]
+	if len(ud.Runcmd) < 3 || !strings.Contains(strings.Join(last, " "), "slice-ready") {
+		t.Fatalf("the ready marker must be written last, after the driver install: %v", ud.Runcmd)
+	}
+	needTool(t, "cloud-init", "cloud-init")
+	p := filepath.Join(t.TempDir(), "user-data")
+	if err := os.WriteFile(p, f.UserData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cloud-init", "schema", "--config-file", p).CombinedOutput(); err != nil {
+		t.Fatalf("cloud-init schema rejects our user-data: %v\n%s\n%s", err, out, f.UserData)
+	}
+}
+
 func TestInjectionAndBadInputRefused(t *testing.T) {
 	cases := map[string]func(*Seed){
 		"hostname newline":   func(s *Seed) { s.Hostname = "a\nruncmd: [reboot]" },
@@ -62,6 +107,9 @@ func TestInjectionAndBadInputRefused(t *testing.T) {
 		"bad mac":            func(s *Seed) { s.MAC = "52:54:00:01:00" },
 		"instance id slash":  func(s *Seed) { s.InstanceID = "../etc" },
 		"token with newline": func(s *Seed) { s.TelemetryToken = "a\nb" },
+		"telemetry url":      func(s *Seed) { s.TelemetryURL = "http://10.100.0.1:9110/x'; reboot; '" },
+		"telemetry scheme":   func(s *Seed) { s.TelemetryURL = "file:///etc/passwd" },
+		"driver profile":     func(s *Seed) { s.GuestDriverProfile = "windows_xp" },
 	}
 	for name, mut := range cases {
 		s := seed()

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -69,11 +70,33 @@ type HostConfig struct {
 	ReadinessTimeout time.Duration
 	// GuestSSHPort is the guest's SSH port (22).
 	GuestSSHPort int
+	// TelemetryURL is the guest telemetry endpoint as guests reach it (set once listening).
+	TelemetryURL string
 	Log          *slog.Logger
 }
 
 // Host is the libvirt runtime (and, with Lab set, the lab runtime).
-type Host struct{ cfg HostConfig }
+type Host struct {
+	cfg  HostConfig
+	mu   sync.Mutex
+	turl string
+}
+
+// SetTelemetryURL records where guests reach the telemetry endpoint (known once it listens).
+func (h *Host) SetTelemetryURL(u string) {
+	h.mu.Lock()
+	h.turl = u
+	h.mu.Unlock()
+}
+
+func (h *Host) telemetryURL() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.turl != "" {
+		return h.turl
+	}
+	return h.cfg.TelemetryURL
+}
 
 // NewHost checks the configuration and fills defaults.
 func NewHost(cfg HostConfig) (*Host, error) {
@@ -103,7 +126,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Host{cfg: cfg}, nil
+	return &Host{cfg: cfg, turl: cfg.TelemetryURL}, nil
 }
 
 // Name is "lab" or "libvirt".
@@ -281,7 +304,8 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 		{"cloud_init_seed_files", func() (string, error) {
 			f, err := cloudinit.Render(cloudinit.Seed{InstanceID: p.AllocationID, Hostname: hostname(p.AllocationID),
 				Username: p.Image.Username, SSHPublicKeys: p.SSHPublicKeys, TerminalKey: pubKey, MAC: boot.MACAddress,
-				IP: boot.PrivateIP, TelemetryToken: token, ReadyMarker: ReadyMarker})
+				IP: boot.PrivateIP, TelemetryToken: token, ReadyMarker: ReadyMarker, TelemetryURL: h.telemetryURL(),
+				GuestDriverProfile: p.Profile.GuestDriverProfile})
 			if err != nil {
 				return "", err
 			}

@@ -67,6 +67,8 @@ type Profile struct {
 	VCPUCount int             `json:"vcpu_count"`
 	MemoryMiB int             `json:"memory_mib"`
 	Hugepages json.RawMessage `json:"hugepages,omitempty"`
+	// GuestDriverProfile names the guest driver install run at first boot (cloudinit.DriverProfiles).
+	GuestDriverProfile string `json:"guest_driver_profile,omitempty"`
 }
 
 // VMProvision is the payload of slice.vm_provision: the whole accepted plan.
