@@ -9,7 +9,7 @@ BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
 RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/... ./internal/dispatch/... ./internal/agent/...
 TEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build test test-race test-rest demo bench lint completions deps clean
+.PHONY: all build test test-race test-rest demo lab bench lint completions deps clean
 
 all: build
 
@@ -29,6 +29,11 @@ test: deps
 
 demo: deps build
 	$(GO) run ./internal/demo --bin bin
+
+# lab boots a real slice VM on libvirtd + QEMU (root; see docs/slice-runtime.md) and prints
+# its phase timings.
+lab: deps
+	$(GO) test -count=1 -v -run 'TestScripts/lab_vm' ./internal/e2e | grep -E 'slice\.vm_(provision|release) #|^\s*--- |^(ok|FAIL)'
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...

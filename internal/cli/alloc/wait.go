@@ -103,7 +103,7 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 				line := fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, output.Millis(p.DurationMS))
 				if p.Error != "" {
 					line += "  " + p.Error
-				} else if p.Status == "skipped" && p.Detail != "" {
+				} else if p.Detail != "" {
 					line += "  " + p.Detail
 				}
 				fmt.Fprintln(progress, line)
