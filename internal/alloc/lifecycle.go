@@ -147,7 +147,7 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 				return err
 			}
 			for _, c := range rec.Claims {
-				if c.SlotID != "" {
+				if c.SlotID != "" && c.Status != "released" { // released: given up by a re-placement
 					if err := tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil); err != nil {
 						return err
 					}
@@ -222,7 +222,7 @@ func (s *Service) transition(ctx context.Context, id, from, to, slotTo, reason s
 			claimTo = "failed"
 		}
 		for _, c := range rec.Claims {
-			if c.SlotID != "" && slotTo != "" {
+			if c.SlotID != "" && slotTo != "" && c.Status != "released" {
 				if err := tx.SetSlotStatus(ctx, c.SlotID, slotTo, reason, nil); err != nil {
 					return err
 				}
@@ -280,7 +280,7 @@ func (s *Service) markFailed(ctx context.Context, id, reason string, mayHaveTouc
 			return err
 		}
 		for _, c := range rec.Claims {
-			if c.SlotID == "" {
+			if c.SlotID == "" || c.Status == "released" {
 				continue
 			}
 			to := SlotFailed
@@ -328,7 +328,7 @@ func (s *Service) CompleteRelease(ctx context.Context, id string, proofs map[str
 			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not releasing", id, rec.Status)}
 		}
 		for _, c := range rec.Claims {
-			if c.SlotID == "" {
+			if c.SlotID == "" || c.Status == "released" {
 				continue
 			}
 			if err := applyWipeProof(ctx, tx, c.SlotID, id, proofs, now, "wipe not verified"); err != nil {
@@ -378,7 +378,7 @@ func (s *Service) CleanupFailed(ctx context.Context, id string, proofs map[strin
 			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not failed", id, rec.Status)}
 		}
 		for _, c := range rec.Claims {
-			if c.SlotID == "" {
+			if c.SlotID == "" || c.Status == "released" {
 				continue
 			}
 			status, err := tx.SlotStatus(ctx, c.SlotID)

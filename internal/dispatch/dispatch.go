@@ -362,7 +362,7 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 			reason = "provisioning " + tr.Status
 		}
 		if strings.Contains(reason, "plan_invalid: ") {
-			err = d.alloc.MarkPlanInvalid(ctx, tr.AllocationID, reason)
+			err = d.replace(ctx, tr, reason)
 		} else {
 			err = d.alloc.MarkFailed(ctx, tr.AllocationID, reason)
 		}
@@ -391,6 +391,26 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		return nil
 	}
 	return err
+}
+
+// replace answers a host's plan_invalid: place the allocation on another node, or fail it
+// with the host's reason and why nothing else fits (sku_unavailable).
+func (d *Dispatcher) replace(ctx context.Context, tr store.TaskRecord, reason string) error {
+	node, err := d.alloc.Replace(ctx, tr.AllocationID, tr.NodeID, reason)
+	var nr *alloc.ErrNoReplacement
+	switch {
+	case err == nil:
+		d.log.Warn("host refused the plan; allocation placed on another node", "allocation", tr.AllocationID, "from_node", tr.NodeID, "to_node", node, "reason", reason)
+		d.Kick()
+		return nil
+	case errors.As(err, &nr) && nr.Stale:
+		d.log.Info("stale plan_invalid result ignored", "allocation", tr.AllocationID, "task", tr.ID, "why", nr.Reason)
+		return nil
+	case errors.As(err, &nr):
+		return d.alloc.MarkPlanInvalid(ctx, tr.AllocationID, reason+"; "+nr.Reason)
+	default:
+		return err
+	}
 }
 
 // Reap expires tasks past their deadline (or out of attempts) and fails their allocations.

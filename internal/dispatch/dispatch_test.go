@@ -262,7 +262,8 @@ func TestPlanInvalidBlocksTheSlotsWithoutAWipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
-	if got.Status != "failed" || !strings.Contains(got.FailureReason, "plan_invalid") {
+	// The only node refused: no re-placement is possible, so it fails with both reasons.
+	if got.Status != "failed" || !strings.Contains(got.FailureReason, "plan_invalid") || !strings.Contains(got.FailureReason, "sku_unavailable: no other node") {
 		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
 	}
 	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
@@ -275,6 +276,75 @@ func TestPlanInvalidBlocksTheSlotsWithoutAWipe(t *testing.T) {
 	}
 	if cl := w.poll(200 * time.Millisecond); cl != nil {
 		t.Fatalf("a plan_invalid failure queued %s", cl.Type)
+	}
+}
+
+func TestPlanInvalidPlacesTheAllocationOnAnotherNode(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	a := w.allocate(1)
+	var n2 apiv1.Node
+	err := w.st.InTx(w.ctx, func(tx *store.Tx) error {
+		var err error
+		if n2, err = tx.CreateNode(w.ctx, apiv1.NodeCreate{Name: "n2", Region: "lab", SliceSKU: "h200-sxm-slice"}); err != nil {
+			return err
+		}
+		_, err = tx.ApplySlots(w.ctx, n2.ID, fixtures.H200SlotMap(2), false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := w.poll(time.Second)
+	refusal := task.Result{Status: "failed", Reason: "plan_invalid",
+		Error: "lease_acquire: plan_invalid: lease held: device 0000:1b:00.0 is leased by allocation x"}
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, refusal); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
+	if got.Status != "requested" || got.NodeName != "n2" {
+		t.Fatalf("after the refusal: %s on %s, want requested on n2", got.Status, got.NodeName)
+	}
+	// The refused slot is blocked with the host's reason; nothing was wiped.
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	failed := 0
+	for _, s := range slots {
+		if s.Status == "failed" && strings.Contains(s.StatusReason, "lease held") {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("refused slots: %d failed, want 1", failed)
+	}
+	// The new plan goes to n2 and carries only n2's slot.
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	env2, err := w.d.Poll(w.ctx, n2.ID, time.Second)
+	if err != nil || env2 == nil || env2.Type != task.TypeVMProvision {
+		t.Fatalf("n2 got %+v, %v", env2, err)
+	}
+	p, err := (&task.Verifier{Key: w.pub, NodeID: n2.ID}).Verify(env2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.(*task.VMProvision).Bundles; len(b) != 1 || b[0].GPUPCI == "" || strings.Contains(b[0].PrivateIP, "10.100.1.") {
+		t.Fatalf("new plan bundles %+v", b)
+	}
+	if cl := w.poll(100 * time.Millisecond); cl != nil {
+		t.Fatalf("the refusing node got another task: %s", cl.Type)
+	}
+	// A duplicate of the old refusal is stale: the new placement stands.
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, refusal); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.status(a.ID); st != "provisioning" {
+		t.Fatalf("after a duplicate stale refusal: %s", st)
+	}
+	if _, err := w.d.Result(w.ctx, n2.ID, env2.TaskID, task.Result{Status: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.status(a.ID); st != "active" {
+		t.Fatalf("after n2 succeeded: %s", st)
 	}
 }
 

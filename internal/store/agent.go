@@ -214,6 +214,7 @@ func (t *Tx) MarkDispatched(ctx context.Context, id int64) error {
 func (t *Tx) ClaimSnapshots(ctx context.Context, allocID string) ([]json.RawMessage, error) {
 	return queryAll(ctx, t.tx, func(r pgx.Row, b *json.RawMessage) error { return r.Scan(b) },
 		`SELECT resource_snapshot FROM allocation_resource_claims WHERE allocation_id = $1 AND claim_kind = 'slot'
+		 AND status <> 'released' -- claims given up by a re-placement (plan_invalid) are not the plan
 		 ORDER BY (resource_snapshot->>'slot_index')::int`, allocID)
 }
 

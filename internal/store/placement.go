@@ -366,3 +366,28 @@ func (t *Tx) AllocationByIdempotencyKey(ctx context.Context, tenantID, key strin
 		tenantID, key).Scan(&id, &requestHash)
 	return id, requestHash, translate(err)
 }
+
+// Replace moves a provisioning allocation to a new placement: new claims (their slots
+// reserved), node and usage snapshot updated, status back to requested, and a new
+// allocation.requested event. The caller has released the old claims.
+func (t *Tx) Replace(ctx context.Context, allocID, nodeID string, usage any, claims []NewClaim) error {
+	b, _ := json.Marshal(usage)
+	if _, err := t.tx.Exec(ctx, `UPDATE allocations SET status = 'requested', node_id = $2, usage_snapshot = $3 WHERE id = $1`,
+		allocID, nodeID, b); err != nil {
+		return translate(err)
+	}
+	batch := &pgx.Batch{}
+	var slotIDs []string
+	for _, c := range claims {
+		snap, _ := json.Marshal(c.Snapshot)
+		batch.Queue(`INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
+			VALUES ($1, $2, $3, $4, $5, $6)`, allocID, c.NodeID, nullIfEmpty(c.SlotID), c.Kind, c.FabricVF, snap)
+		if c.SlotID != "" {
+			slotIDs = append(slotIDs, c.SlotID)
+		}
+	}
+	batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id::text = ANY($1)`, slotIDs)
+	payload, _ := json.Marshal(map[string]any{"allocation_id": allocID, "capacity_shape": "gpu_slice", "slot_ids": slotIDs, "replacement": true})
+	batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`, allocID, nodeID, payload)
+	return translate(t.tx.SendBatch(ctx, batch).Close())
+}
