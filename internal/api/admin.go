@@ -14,7 +14,7 @@ import (
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request, p Principal) error {
-	writeJSON(w, http.StatusOK, apiv1.Whoami{TokenID: p.TokenID, Name: p.Name, Role: p.Role, TenantID: p.TenantID})
+	writeJSON(w, http.StatusOK, apiv1.Whoami{TokenID: p.TokenID, Name: p.Name, Role: p.Role, TenantID: p.TenantID, ServerVersion: s.version})
 	return nil
 }
 

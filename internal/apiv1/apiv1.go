@@ -428,6 +428,8 @@ type Whoami struct {
 	Name     string `json:"name"`
 	Role     string `json:"role"`
 	TenantID string `json:"tenant_id,omitempty"`
+	// ServerVersion is the controller's build (authenticated callers only).
+	ServerVersion string `json:"server_version,omitempty"`
 }
 
 // AuditEntry is one audit_log row.

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/audit"
 	"github.com/gpuaas/gpuaas/internal/cli/capacity"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
@@ -66,9 +67,11 @@ allocations; operators register nodes, apply slot maps and manage the catalog.
 
 Configuration, highest precedence first:
   flags        --server, --ca-file, --token, --token-file
-  environment  GPUAAS_SERVER, GPUAAS_CA_FILE, GPUAAS_TOKEN, GPUAAS_TOKEN_FILE
-  config file  ~/.config/gpuaas/config.yaml ($XDG_CONFIG_HOME/gpuaas/config.yaml when set),
-               keys server, ca_file, token, token_file (relative paths: from the file)
+  environment  GPUAAS_SERVER, GPUAAS_CA_FILE, GPUAAS_TOKEN, GPUAAS_TOKEN_FILE, GPUAAS_REGION
+  config file  ~/.config/gpuaas/config.yaml ($XDG_CONFIG_HOME/gpuaas/config.yaml when set):
+               named contexts (server, ca_file, token or token_file, region), the one named
+               by --context or GPUAAS_CONTEXT, else current_context. 'gpuaasctl login' and
+               'gpuaasctl config' write it (0600).
 A token and a token file are one setting: the highest layer that sets either wins.
 The server must be https://; --ca-file trusts the controller's CA (STATE_DIR/tls/ca.crt).
 
@@ -102,6 +105,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	pf.StringVar(&f.Flags.CAFile, "ca-file", "", "CA certificate (PEM) to trust for the controller")
 	pf.StringVar(&f.Flags.Token, "token", "", "API token")
 	pf.StringVar(&f.Flags.TokenFile, "token-file", "", "file holding the API token")
+	pf.StringVar(&f.Flags.Context, "context", "", "config-file context to use (default: current_context; env GPUAAS_CONTEXT)")
 
 	root.AddGroup(
 		&cobra.Group{ID: "tenant", Title: "Tenant and admin commands:"},
@@ -129,6 +133,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		tasks.NewCmdTasks(f),
 		audit.NewCmdAudit(f, nil),
 	)
-	root.AddCommand(version.NewCmdVersion(f))
+	root.AddCommand(version.NewCmdVersion(f), configcmd.NewCmdConfig(f), configcmd.NewCmdLogin(f))
 	return cmdutil.Group(root)
 }

@@ -346,7 +346,22 @@ func TestTokensCreatePrintsTheToken(t *testing.T) {
 func TestVersionNeedsNoConfig(t *testing.T) {
 	t.Parallel()
 	r := run(t, map[string]string{"HOME": t.TempDir()}, "version")
-	if r.Code != 0 || !strings.HasPrefix(r.Out, "gpuaasctl ") {
+	if r.Code != 0 || !strings.HasPrefix(r.Out, "Client:  gpuaasctl ") || !strings.Contains(r.Out, "Server:  unknown (invalid controller address") {
+		t.Fatalf("version: %d %q %q", r.Code, r.Out, r.ErrOut)
+	}
+	r = run(t, map[string]string{"HOME": t.TempDir()}, "version", "--client", "-o", "json")
+	if r.Code != 0 || !strings.Contains(r.Out, `"client": "dev"`) || strings.Contains(r.Out, "server") {
+		t.Fatalf("version --client: %d %q %q", r.Code, r.Out, r.ErrOut)
+	}
+}
+
+func TestVersionShowsTheServer(t *testing.T) {
+	t.Parallel()
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /api/v1/whoami": reply(200, apiv1.Whoami{Name: "admin", Role: "admin", ServerVersion: "v9.9.9"}),
+	})
+	r := run(t, fa.env(t), "version")
+	if r.Code != 0 || !strings.Contains(r.Out, "Server:  gpuaas-controller v9.9.9") {
 		t.Fatalf("version: %d %q %q", r.Code, r.Out, r.ErrOut)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/gpuaas/gpuaas/internal/agent"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli"
 	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/controller"
@@ -77,18 +79,19 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"waitready": waitReady,
-			"mode":      checkMode,
-			"jsonfield": jsonField,
-			"waitalloc": waitAlloc,
-			"waitnode":  waitNode,
-			"waitspool": waitSpool,
-			"mkhost":    mkHost,
-			"labbridge": labBridge,
-			"loopdisk":  loopDisk,
-			"labimage":  labImage,
-			"waitslots": waitSlots,
-			"labmount":  labMount,
+			"waitready":        waitReady,
+			"mode":             checkMode,
+			"jsonfield":        jsonField,
+			"waitalloc":        waitAlloc,
+			"waitnode":         waitNode,
+			"waitspool":        waitSpool,
+			"mkhost":           mkHost,
+			"labbridge":        labBridge,
+			"loopdisk":         loopDisk,
+			"labimage":         labImage,
+			"waitslots":        waitSlots,
+			"labmount":         labMount,
+			"waitunauthorized": waitUnauthorized,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,
@@ -205,6 +208,32 @@ func waitAlloc(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(100 * time.Millisecond) // status poll; the deadline bounds it
 	}
 	ts.Fatalf("allocation %s is %q after %s, want %q", args[0], last, timeout, args[1])
+}
+
+// waitUnauthorized polls whoami with a token until the controller refuses it (an expiring
+// token), within a deadline. Usage: waitunauthorized TOKEN [timeout]
+func waitUnauthorized(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: waitunauthorized TOKEN [timeout]")
+	}
+	timeout := 30 * time.Second
+	if len(args) == 2 {
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		timeout = d
+	}
+	c, err := client.New(client.Options{Server: ts.Getenv("GPUAAS_SERVER_SAVED"), CAFile: ts.Getenv("GPUAAS_CA_SAVED"), Token: args[0]})
+	ts.Check(err)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		_, err := c.Whoami(context.Background())
+		var ae *apiv1.Error
+		if errors.As(err, &ae) && ae.Code == apiv1.CodeUnauthorized {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // poll; the deadline bounds it
+	}
+	ts.Fatalf("token still accepted after %s", timeout)
 }
 
 // waitNode waits until a node has reported a heartbeat. Usage: waitnode NAME [timeout]

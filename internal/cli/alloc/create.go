@@ -49,6 +49,9 @@ retried command return the allocation the first attempt created instead of a sec
   gpuaasctl alloc create --sku h200-sxm-slice --gpus 4 --tenant TENANT_ID --wait -o json`,
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Region == "" {
+				opts.Region = f.DefaultRegion()
+			}
 			if opts.SKU == "" {
 				return cmdutil.FlagErrorf("--sku is required")
 			}
@@ -64,7 +67,7 @@ retried command return the allocation the first attempt created instead of a sec
 	fl := cmd.Flags()
 	fl.StringVar(&opts.SKU, "sku", "", "SKU, e.g. h200-sxm-slice (see `gpuaasctl skus list`)")
 	fl.IntVar(&opts.GPUs, "gpus", 0, "number of GPUs")
-	fl.StringVar(&opts.Region, "region", "", "region (default: any)")
+	fl.StringVar(&opts.Region, "region", "", "region (default: the context's region, else any)")
 	fl.StringVar(&opts.Image, "image", "", "OS image slug (default: the SKU's default image)")
 	fl.StringVar(&opts.Profile, "profile", "", "slice VM profile override (admin only)")
 	fl.StringArrayVar(&opts.SSHKeyFiles, "ssh-key", nil, "OpenSSH public key file (repeatable)")

@@ -32,6 +32,9 @@ func NewCmdExplain(f *cmdutil.Factory, runF func(*ExplainOptions) error) *cobra.
 An infeasible request is a normal answer (Feasible: false, with the reason), exit status 0.`,
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Region == "" {
+				opts.Region = f.DefaultRegion()
+			}
 			if opts.SKU == "" {
 				return cmdutil.FlagErrorf("--sku is required")
 			}
@@ -46,7 +49,7 @@ An infeasible request is a normal answer (Feasible: false, with the reason), exi
 	}
 	cmd.Flags().StringVar(&opts.SKU, "sku", "", "SKU")
 	cmd.Flags().IntVar(&opts.GPUs, "gpus", 0, "number of GPUs")
-	cmd.Flags().StringVar(&opts.Region, "region", "", "region (default: any)")
+	cmd.Flags().StringVar(&opts.Region, "region", "", "region (default: the context's region, else any)")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
 }

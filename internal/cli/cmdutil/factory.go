@@ -33,11 +33,27 @@ type Factory struct {
 	Config func() (*config.Config, error)
 	// Client returns the API client for the configured controller, built once.
 	Client func() (*client.Client, error)
+	// Getenv is the environment (tests give a fake one).
+	Getenv func(string) string
 }
+
+// DefaultRegion is the configured default region (--region wins; "" = any).
+func (f *Factory) DefaultRegion() string {
+	if f.Config == nil {
+		return ""
+	}
+	if c, err := f.Config(); err == nil {
+		return c.Region
+	}
+	return ""
+}
+
+// ConfigPath is the config file gpuaasctl reads and `login`/`config` write.
+func (f *Factory) ConfigPath() string { return config.Path(f.Getenv) }
 
 // New builds a Factory whose Config reads getenv (and the config file it names) once.
 func New(io IOStreams, getenv func(string) string, appVersion string) *Factory {
-	f := &Factory{IO: io, AppVersion: appVersion}
+	f := &Factory{IO: io, AppVersion: appVersion, Getenv: getenv}
 	var cfg *config.Config
 	var cfgErr error
 	f.Config = func() (*config.Config, error) {

@@ -52,7 +52,7 @@ func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
 		t.Fatalf("env over file: %+v", c)
 	}
 
-	c = load(env{"GPUAAS_SERVER": "https://env:2"}, Flags{Server: "https://flag:3", CAFile: "/flag/ca"})
+	c = load(env{"GPUAAS_SERVER": "https://env:2"}, Flags{Settings: Settings{Server: "https://flag:3", CAFile: "/flag/ca"}})
 	if c.Server != "https://flag:3" || c.CAFile != "/flag/ca" {
 		t.Fatalf("flag over env: %+v", c)
 	}
@@ -62,7 +62,7 @@ func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
 	if c.Token != "env-file-token" || !strings.HasPrefix(c.TokenSource, "GPUAAS_TOKEN_FILE") {
 		t.Fatalf("env token file over file token: %+v", c)
 	}
-	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{TokenFile: filepath.Join(home, "flag.token")})
+	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{Settings: Settings{TokenFile: filepath.Join(home, "flag.token")}})
 	if c.Token != "flag-file-token" || !strings.HasPrefix(c.TokenSource, "--token-file") {
 		t.Fatalf("flag token file over env token: %+v", c)
 	}
@@ -70,7 +70,7 @@ func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
 	if c.Token != "env-token" || c.TokenSource != "GPUAAS_TOKEN" {
 		t.Fatalf("within a layer the token beats the token file: %+v", c)
 	}
-	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{Token: "flag-token"})
+	c = load(env{"GPUAAS_TOKEN": "env-token"}, Flags{Settings: Settings{Token: "flag-token"}})
 	if c.Token != "flag-token" || c.TokenSource != "--token" {
 		t.Fatalf("flag token: %+v", c)
 	}
@@ -108,10 +108,70 @@ func TestBadInputsAreErrors(t *testing.T) {
 	}
 	empty := filepath.Join(t.TempDir(), "empty.token")
 	writeFile(t, empty, "\n")
-	if _, err := Load(Flags{TokenFile: empty}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "empty") {
+	if _, err := Load(Flags{Settings: Settings{TokenFile: empty}}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("empty token file: %v", err)
 	}
-	if _, err := Load(Flags{TokenFile: "/nonexistent/tok"}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "--token-file") {
+	if _, err := Load(Flags{Settings: Settings{TokenFile: "/nonexistent/tok"}}, env{"HOME": t.TempDir()}.get); err == nil || !strings.Contains(err.Error(), "--token-file") {
 		t.Fatalf("missing token file: %v", err)
+	}
+}
+
+func TestContexts(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	path := filepath.Join(home, ".config", "gpuaas", "config.yaml")
+	writeFile(t, path, `current_context: prod
+contexts:
+  prod:
+    server: https://prod:1
+    ca_file: prod-ca.crt
+    token: prod-token
+    region: eu-1
+  lab:
+    server: https://lab:2
+    token_file: lab.token
+`)
+	writeFile(t, filepath.Join(home, ".config", "gpuaas", "lab.token"), "lab-token\n")
+	load := func(e env, f Flags) (*Config, error) {
+		e["HOME"] = home
+		return Load(f, e.get)
+	}
+	c, err := load(env{}, Flags{})
+	if err != nil || c.Context != "prod" || c.Server != "https://prod:1" || c.Token != "prod-token" || c.Region != "eu-1" ||
+		c.CAFile != filepath.Join(home, ".config", "gpuaas", "prod-ca.crt") || !strings.Contains(c.TokenSource, `context "prod"`) {
+		t.Fatalf("current context: %+v %v", c, err)
+	}
+	c, err = load(env{"GPUAAS_CONTEXT": "lab"}, Flags{})
+	if err != nil || c.Server != "https://lab:2" || c.Token != "lab-token" || c.Region != "" {
+		t.Fatalf("GPUAAS_CONTEXT: %+v %v", c, err)
+	}
+	c, err = load(env{"GPUAAS_CONTEXT": "lab", "GPUAAS_REGION": "us-2"}, Flags{Context: "prod"})
+	if err != nil || c.Server != "https://prod:1" || c.Region != "us-2" {
+		t.Fatalf("--context over env, GPUAAS_REGION over the file: %+v %v", c, err)
+	}
+	if _, err := load(env{}, Flags{Context: "nope"}); err == nil || !strings.Contains(err.Error(), "have: lab, prod") {
+		t.Fatalf("unknown context: %v", err)
+	}
+
+	// Write keeps it 0600 and round-trips; legacy flat keys become the "default" context.
+	f := &File{Contexts: map[string]Settings{}, Settings: Settings{Server: "https://old:3", Token: "old"}}
+	out := filepath.Join(t.TempDir(), "sub", "config.yaml")
+	if err := f.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(out)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("config file mode %v", fi.Mode().Perm())
+	}
+	back, err := ReadFile(out)
+	if err != nil || back.CurrentContext != "default" || back.Contexts["default"].Server != "https://old:3" {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	if r := Redacted(Settings{Token: "gpa_0123456789abcdef"}); r.Token != "REDACTED…cdef" {
+		t.Fatalf("redacted %q", r.Token)
+	}
+	writeFile(t, path, "current_context: gone\ncontexts:\n  a:\n    server: https://a:1\n")
+	if _, err := load(env{}, Flags{}); err == nil || !strings.Contains(err.Error(), "gone") {
+		t.Fatalf("dangling current_context: %v", err)
 	}
 }
