@@ -1,12 +1,19 @@
 package slots
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/topology"
+	"github.com/gpuaas/gpuaas/internal/tui/approve"
 )
 
 // ApproveOptions are `slots approve`'s dependencies and flags.
@@ -26,13 +33,25 @@ type ApproveOptions struct {
 func NewCmdApprove(f *cmdutil.Factory, runF func(*ApproveOptions) error) *cobra.Command {
 	opts := &ApproveOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "approve NODE (--all-ready | --slot N ...) (--dry-run | --yes)",
+		Use:   "approve NODE [(--all-ready | --index N,...) (--dry-run | --yes)]",
 		Short: "Promote discovered candidates (see `topology show`) into approved, schedulable slots",
-		Args:  cmdutil.ExactArgs(1),
+		Long: `Promote discovered candidates into approved, schedulable slots.
+
+On a terminal, with no selection flags, an interactive screen lists the candidates: space
+toggles a ready row (blocked rows show why and cannot be chosen), enter shows the diff
+against the node's slots from a controller dry run, y approves. For scripts: --all-ready or
+--index 0,1,2, with --dry-run or --yes.`,
+		Args: cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Node = args[0]
 			if !opts.AllReady && len(opts.SlotIndexes) == 0 {
-				return cmdutil.FlagErrorf("--all-ready or --slot is required")
+				if !opts.Yes && !opts.DryRun && opts.IO.Interactive() {
+					if runF != nil {
+						return runF(opts)
+					}
+					return approveInteractive(cmd.Context(), opts)
+				}
+				return cmdutil.FlagErrorf("--all-ready or --index is required (or run on a terminal for the interactive screen)")
 			}
 			if !opts.Yes && !opts.DryRun {
 				return cmdutil.FlagErrorf("approving slots makes their disks tenant storage (wiped on every release): confirm with --yes, or use --dry-run")
@@ -54,9 +73,41 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*ApproveOptions) error) *cobra.
 		},
 	}
 	cmd.Flags().BoolVar(&opts.AllReady, "all-ready", false, "approve every ready candidate")
-	cmd.Flags().IntSliceVar(&opts.SlotIndexes, "slot", nil, "approve these candidate slot indexes")
+	cmd.Flags().IntSliceVar(&opts.SlotIndexes, "index", nil, "approve these candidate slot indexes, e.g. 0,1,2")
+	cmd.Flags().IntSliceVar(&opts.SlotIndexes, "slot", nil, "same as --index")
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "show the resulting slot-map diff only")
 	cmd.Flags().BoolVar(&opts.Yes, "yes", false, "confirm")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+// approveInteractive runs the approve screen on the terminal.
+func approveInteractive(ctx context.Context, opts *ApproveOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	d, err := c.GetTopology(ctx, opts.Node)
+	if err != nil {
+		return err
+	}
+	if d.Status != "succeeded" {
+		return fmt.Errorf("the latest discovery of %s is %s: run `gpuaasctl topology discover %s --wait`", opts.Node, d.Status, opts.Node)
+	}
+	var rep topology.Report
+	if err := json.Unmarshal(d.Report, &rep); err != nil {
+		return fmt.Errorf("discovery report: %w", err)
+	}
+	m := approve.New(opts.Node, &rep, func(ctx context.Context, idx []int, dryRun bool) (*apiv1.SlotApplyResult, error) {
+		return c.ApproveSlots(ctx, opts.Node, apiv1.SlotApprove{SlotIndexes: idx, DryRun: dryRun})
+	})
+	final, err := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(opts.IO.In), tea.WithOutput(opts.IO.Out)).Run()
+	if err != nil {
+		return err
+	}
+	if fm, ok := final.(approve.Model); !ok || fm.Approved == nil {
+		fmt.Fprintln(opts.IO.ErrOut, "nothing approved")
+		return &cmdutil.SilentError{Code: 1}
+	}
+	return nil
 }

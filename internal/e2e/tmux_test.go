@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gpuaas/gpuaas/internal/hostfs"
+)
+
+// A real terminal: tmux runs gpuaasctl on a pseudo-terminal; keys are typed with send-keys
+// and the screen is read with capture-pane.
+
+// tmuxStart starts `gpuaasctl ARGS...` in a detached tmux session named NAME (140x45) with
+// the script's environment, and stops the session when the script ends.
+// Usage: tmuxstart NAME ARGS...
+func tmuxStart(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: tmuxstart NAME gpuaasctl-args...")
+	}
+	sock := tmuxSocket(ts)
+	tmuxArgs := []string{"-L", sock, "new-session", "-d", "-s", args[0], "-x", "140", "-y", "45"}
+	for _, k := range []string{"PATH", "HOME", "GPUAAS_SERVER", "GPUAAS_CA_FILE", "GPUAAS_TOKEN_FILE"} {
+		tmuxArgs = append(tmuxArgs, "-e", k+"="+ts.Getenv(k))
+	}
+	tmuxArgs = append(tmuxArgs, "-e", "TERM=xterm-256color", "-e", "NO_COLOR=",
+		"gpuaasctl "+strings.Join(args[1:], " ")+"; echo TUI-EXIT=$?; sleep 600")
+	if out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", tmuxArgs...); err != nil {
+		ts.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	ts.Defer(func() { _, _ = (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", sock, "kill-server") })
+}
+
+func tmuxSocket(ts *testscript.TestScript) string {
+	return fmt.Sprintf("gpuaas-e2e-%d-%x", os.Getpid(), len(ts.Getenv("WORK"))+strings.Count(ts.Getenv("WORK"), "-"))
+}
+
+// tmuxKeys types keys into a session (tmux key names: Space, Down, Enter, y, ...).
+// Usage: tmuxkeys NAME KEY...
+func tmuxKeys(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: tmuxkeys NAME KEY...")
+	}
+	for _, k := range args[1:] {
+		if out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", tmuxSocket(ts), "send-keys", "-t", args[0], k); err != nil {
+			ts.Fatalf("tmux send-keys %s: %v %s", k, err, out)
+		}
+	}
+}
+
+// tmuxWait waits until the session's screen contains TEXT (within 20 s) and logs the screen.
+// Usage: tmuxwait NAME TEXT
+func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: tmuxwait NAME TEXT")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	screen := ""
+	for time.Now().Before(deadline) {
+		out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", tmuxSocket(ts), "capture-pane", "-p", "-t", args[0])
+		if err == nil {
+			screen = string(out)
+			if strings.Contains(screen, args[1]) {
+				ts.Logf("screen:\n%s", screen)
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // screen poll; the deadline bounds it
+	}
+	ts.Fatalf("%q never appeared; the screen:\n%s", args[1], screen)
+}
