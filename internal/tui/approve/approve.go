@@ -26,11 +26,11 @@ type ApproveFunc func(ctx context.Context, indexes []int, dryRun bool) (*apiv1.S
 type stage int
 
 const (
-	browsing stage = iota
-	diffing        // waiting for the dry run
-	confirming     // showing the diff, y/n
-	submitting     // waiting for the approval
-	done           // result shown; any key quits
+	browsing   stage = iota
+	diffing          // waiting for the dry run
+	confirming       // showing the diff, y/n
+	submitting       // waiting for the approval
+	done             // result shown; any key quits
 )
 
 // Model is the approve screen.
