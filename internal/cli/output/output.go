@@ -67,7 +67,7 @@ func Print(w io.Writer, format Format, v any, table func(t *TableWriter)) error 
 		}
 		return enc.Close()
 	default:
-		t := &TableWriter{out: w, tw: newTabwriter(w)}
+		t := &TableWriter{out: w, tw: newTabwriter(w), styled: Styled(w)}
 		table(t)
 		return t.Flush()
 	}
@@ -81,10 +81,14 @@ func List[T any](items []T) apiv1.List[T] {
 	return apiv1.List[T]{Items: items}
 }
 
-// TableWriter aligns rows into columns. A Blank line ends a block of aligned rows.
+// TableWriter aligns rows into columns. A Blank line ends a block of aligned rows. On a
+// colour terminal the rows are buffered and rendered styled (bold headers, coloured status
+// words); otherwise text/tabwriter writes plain text.
 type TableWriter struct {
-	out io.Writer
-	tw  *tabwriter.Writer
+	out    io.Writer
+	tw     *tabwriter.Writer
+	styled bool
+	blocks [][][]string
 }
 
 func newTabwriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
@@ -95,11 +99,24 @@ func (t *TableWriter) Row(cols ...any) {
 	for i, c := range cols {
 		parts[i] = strings.ReplaceAll(fmt.Sprint(c), "\t", " ")
 	}
+	if t.styled {
+		if len(t.blocks) == 0 {
+			t.blocks = [][][]string{nil}
+		}
+		t.blocks[len(t.blocks)-1] = append(t.blocks[len(t.blocks)-1], parts)
+		return
+	}
 	fmt.Fprintln(t.tw, strings.Join(parts, "\t"))
 }
 
 // Blank writes an empty line, which also starts a new column alignment.
-func (t *TableWriter) Blank() { fmt.Fprintln(t.tw) }
+func (t *TableWriter) Blank() {
+	if t.styled {
+		t.blocks = append(t.blocks, nil)
+		return
+	}
+	fmt.Fprintln(t.tw)
+}
 
 // Raw flushes the aligned rows so far and lets fn write unaligned text (e.g. a table some
 // other package renders).
@@ -111,4 +128,14 @@ func (t *TableWriter) Raw(fn func(w io.Writer) error) error {
 }
 
 // Flush writes out buffered rows.
-func (t *TableWriter) Flush() error { return t.tw.Flush() }
+func (t *TableWriter) Flush() error {
+	if t.styled {
+		blocks := t.blocks
+		t.blocks = nil
+		if len(blocks) == 0 {
+			return nil
+		}
+		return renderStyled(t.out, blocks)
+	}
+	return t.tw.Flush()
+}

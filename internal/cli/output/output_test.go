@@ -3,9 +3,13 @@ package output
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
 )
 
 type item struct {
@@ -59,5 +63,35 @@ func TestCells(t *testing.T) {
 		if c[0] != c[1] {
 			t.Errorf("got %q, want %q", c[0], c[1])
 		}
+	}
+}
+
+func TestStyledTableMatchesPlainLayout(t *testing.T) {
+	lipgloss.SetColorProfile(termenv.ANSI)
+	t.Cleanup(func() { lipgloss.SetColorProfile(termenv.Ascii) })
+	rows := func(tw *TableWriter) {
+		tw.Row("NAME", "STATUS", "SLOTS")
+		tw.Row("h200-01", "active", 8)
+		tw.Row("h200-long-name", "failed", 12)
+		tw.Blank()
+		tw.Row("Total:", 20)
+	}
+	var plain bytes.Buffer
+	if err := Print(&plain, Table, nil, rows); err != nil {
+		t.Fatal(err)
+	}
+	var styled bytes.Buffer
+	tw := &TableWriter{out: &styled, tw: newTabwriter(&styled), styled: true}
+	rows(tw)
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := styled.String()
+	if !strings.Contains(s, "\x1b[1mNAME") || !strings.Contains(s, "\x1b[32mactive") || !strings.Contains(s, "\x1b[31mfailed") {
+		t.Fatalf("no styling: %q", s)
+	}
+	stripped := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(s, "")
+	if stripped != plain.String() {
+		t.Fatalf("styled layout differs from the plain one:\n%s\n---\n%s", stripped, plain.String())
 	}
 }
