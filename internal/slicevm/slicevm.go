@@ -15,15 +15,10 @@ import (
 )
 
 // ProvisionPhases are the 17 phases of slice.vm_provision, in order (seed 000).
-var ProvisionPhases = []string{
-	"lease_acquire", "host_dependencies", "host_passthrough_check", "vfio_bind_check", "image_stat_download",
-	"image_digest_verify", "cloud_init_dir", "terminal_key", "guest_telemetry_register", "cloud_init_seed_files",
-	"seed_iso", "runtime_validate", "dhcp_reservation", "image_write_convert", "domain_define_start", "readiness",
-	"performance_probe",
-}
+var ProvisionPhases = task.ProvisionPhases
 
 // ReleasePhases are the phases of slice.vm_release (seed 000 "Release").
-var ReleasePhases = []string{"shutdown", "undefine", "vfio_rebind", "cloud_init_cleanup", "dhcp_release", "wipe_verify", "lease_release"}
+var ReleasePhases = task.ReleasePhases
 
 // Recorder times phases and reports them as they finish.
 type Recorder struct {

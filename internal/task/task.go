@@ -180,6 +180,28 @@ func DecodePayload(t Type, raw json.RawMessage) (any, error) {
 	return v, nil
 }
 
+// ProvisionPhases are the 17 phases of slice.vm_provision, in order (seed 000).
+var ProvisionPhases = []string{
+	"lease_acquire", "host_dependencies", "host_passthrough_check", "vfio_bind_check", "image_stat_download",
+	"image_digest_verify", "cloud_init_dir", "terminal_key", "guest_telemetry_register", "cloud_init_seed_files",
+	"seed_iso", "runtime_validate", "dhcp_reservation", "image_write_convert", "domain_define_start", "readiness",
+	"performance_probe",
+}
+
+// ReleasePhases are the phases of slice.vm_release (seed 000 "Release").
+var ReleasePhases = []string{"shutdown", "undefine", "vfio_rebind", "cloud_init_cleanup", "dhcp_release", "wipe_verify", "lease_release"}
+
+// PhasesOf are a task type's phases in order (nil when it has no fixed list).
+func PhasesOf(t string) []string {
+	switch Type(t) {
+	case TypeVMProvision:
+		return ProvisionPhases
+	case TypeVMRelease:
+		return ReleasePhases
+	}
+	return nil
+}
+
 // Phase is one timed step of a task's execution.
 type Phase struct {
 	Name       string    `json:"name"`

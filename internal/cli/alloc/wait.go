@@ -80,6 +80,8 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 		}
 	}
 	var last *apiv1.Allocation
+	plog := &phaseLog{w: progress, live: output.Styled(progress), start: start}
+	defer plog.close()
 	err := cmdutil.Poll(ctx, pollInterval, func(ctx context.Context) (bool, error) {
 		a, err := c.GetAllocation(ctx, id)
 		if err != nil {
@@ -93,9 +95,9 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 					continue
 				}
 				if p.Status == "running" {
-					if running[key] != p.Detail {
+					if running[key] != p.Detail && !plog.live {
 						running[key] = p.Detail
-						fmt.Fprintf(progress, "[%6.1fs] %s #%d %-26s %-6s %s\n", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, p.Detail)
+						plog.line(fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, p.Detail))
 					}
 					continue
 				}
@@ -106,8 +108,11 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 				} else if p.Detail != "" {
 					line += "  " + p.Detail
 				}
-				fmt.Fprintln(progress, line)
+				plog.line(line)
 			}
+		}
+		if n := len(a.Tasks); n > 0 {
+			plog.progress(a.Tasks[n-1])
 		}
 		if a.Status == "failed" && target != "failed" {
 			return false, fmt.Errorf("allocation %s failed: %s", id, output.Dash(a.FailureReason))
