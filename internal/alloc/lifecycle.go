@@ -2,6 +2,8 @@ package alloc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,7 +92,18 @@ func (s *Service) present(actor Actor, rec store.AllocationRecord) apiv1.Allocat
 		a.Image = &img
 	}
 	a.Cost = Cost(a.Price, a.ActiveAt, a.ReleasingAt, s.cfg.Now())
+	a.Node, a.Slots = a.NodeName, []apiv1.AllocationSlot{}
+	for _, c := range a.Claims {
+		// The current placement's slots (claims a re-placement gave up are on other nodes).
+		if c.Kind == "slot" && c.SlotIndex != nil && c.NodeID == a.NodeID {
+			a.Slots = append(a.Slots, apiv1.AllocationSlot{SlotIndex: *c.SlotIndex, NUMANode: c.NUMANode, Status: c.Status, MACAddress: c.MACAddress, PrivateIP: c.PrivateIP})
+		}
+	}
 	if !actor.isAdmin() {
+		if a.NodeID != "" {
+			h := sha256.Sum256([]byte(a.TenantID + "/" + a.NodeID))
+			a.Node = "host-" + hex.EncodeToString(h[:6])
+		}
 		a.NodeID, a.NodeName = "", ""
 		for i := range a.Claims {
 			c := &a.Claims[i]

@@ -342,7 +342,12 @@ type Allocation struct {
 	PlacementStatus string          `json:"placement_status"`
 	NodeID          string          `json:"node_id,omitempty"`
 	NodeName        string          `json:"node_name,omitempty"`
-	Profile         ResolvedProfile `json:"profile"`
+	// Node names the placement: the node's name for admins; for tenants a stable opaque id
+	// ("host-" + 12 hex digits, per tenant and node), enough to see two allocations share a host.
+	Node string `json:"node,omitempty"`
+	// Slots are the slots the allocation holds (stable interface: slot_index, numa_node).
+	Slots   []AllocationSlot `json:"slots"`
+	Profile ResolvedProfile  `json:"profile"`
 	Image           *ImageRef       `json:"image,omitempty"`
 	Price           Price           `json:"price"`
 	Cost            Cost            `json:"cost"`
@@ -355,6 +360,15 @@ type Allocation struct {
 	ActiveAt      *time.Time       `json:"active_at,omitempty"`
 	ReleasingAt   *time.Time       `json:"releasing_at,omitempty"`
 	ReleasedAt    *time.Time       `json:"released_at,omitempty"`
+}
+
+// AllocationSlot is one slot an allocation holds, as every caller may see it.
+type AllocationSlot struct {
+	SlotIndex  int    `json:"slot_index"`
+	NUMANode   *int   `json:"numa_node"`
+	Status     string `json:"status"`
+	MACAddress string `json:"mac_address,omitempty"`
+	PrivateIP  string `json:"private_ip,omitempty"`
 }
 
 // PlacementRequest is the body of POST /placement/explain (a dry run that reserves nothing).

@@ -172,13 +172,14 @@ func TestAllocList(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[1], "active") || !strings.Contains(lines[1], "h200-01") {
 		t.Fatalf("table:\n%s", r.Out)
 	}
+	// Stable interface: `alloc list -o json` is a bare JSON array.
 	r = run(t, env, "alloc", "ls", "-o", "json")
-	var list apiv1.List[apiv1.Allocation]
-	if r.Code != 0 || json.Unmarshal([]byte(r.Out), &list) != nil || len(list.Items) != 1 || list.Items[0].ID != a.ID {
+	var list []apiv1.Allocation
+	if r.Code != 0 || json.Unmarshal([]byte(r.Out), &list) != nil || len(list) != 1 || list[0].ID != a.ID {
 		t.Fatalf("json list: %d %q", r.Code, r.Out)
 	}
 	r = run(t, env, "alloc", "list", "--status", "released", "-o", "json")
-	if r.Code != 0 || !strings.Contains(r.Out, `"items": []`) {
+	if r.Code != 0 || strings.TrimSpace(r.Out) != "[]" {
 		t.Fatalf("empty json list: %q", r.Out)
 	}
 	r = run(t, env, "alloc", "list", "--status", "released")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/client"
@@ -48,5 +49,9 @@ func listRun(ctx context.Context, opts *ListOptions) error {
 	if err != nil {
 		return err
 	}
-	return printList(opts.IO.Out, opts.Output, output.List(items), items)
+	if items == nil {
+		items = []apiv1.Allocation{}
+	}
+	// A bare JSON array (stable interface), unlike most lists' {"items": [...]}.
+	return printList(opts.IO.Out, opts.Output, items, items)
 }
