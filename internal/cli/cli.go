@@ -25,6 +25,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
 	"github.com/gpuaas/gpuaas/internal/cli/slots"
+	"github.com/gpuaas/gpuaas/internal/cli/storage"
 	"github.com/gpuaas/gpuaas/internal/cli/tasks"
 	"github.com/gpuaas/gpuaas/internal/cli/tenants"
 	"github.com/gpuaas/gpuaas/internal/cli/tokens"
@@ -127,6 +128,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		nodes.NewCmdNodes(f),
 		slots.NewCmdSlots(f),
 		topology.NewCmdTopology(f),
+		storage.NewCmdStorage(f),
 		images.NewCmdImages(f),
 		tenants.NewCmdTenants(f),
 		tokens.NewCmdTokens(f),

@@ -137,6 +137,16 @@ func total(ph []apiv1.TaskPhase) string {
 // Wait polls task id until it is final, then writes its status and output to out. A task
 // that did not succeed is an error.
 func Wait(ctx context.Context, out io.Writer, c *client.Client, id string, timeout time.Duration) error {
+	tk, err := WaitTask(ctx, c, id, timeout)
+	if tk != nil && err == nil {
+		fmt.Fprintf(out, "task %s %s\n%s\n", tk.ID, tk.Status, tk.Output)
+	}
+	return err
+}
+
+// WaitTask polls a task until it ends and returns it; a task that did not succeed is an
+// error (the task is still returned, with its output).
+func WaitTask(ctx context.Context, c *client.Client, id string, timeout time.Duration) (*apiv1.Task, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var tk *apiv1.Task
@@ -153,14 +163,13 @@ func Wait(ctx context.Context, out io.Writer, c *client.Client, id string, timeo
 		return false, nil
 	})
 	if errors.Is(err, context.DeadlineExceeded) && tk != nil {
-		return fmt.Errorf("task %s is still %s after %s (is the host daemon running?)", id, tk.Status, timeout)
+		return tk, fmt.Errorf("task %s is still %s after %s (is the host daemon running?)", id, tk.Status, timeout)
 	}
 	if err != nil {
-		return err
+		return tk, err
 	}
-	fmt.Fprintf(out, "task %s %s\n%s\n", tk.ID, tk.Status, tk.Output)
 	if tk.Status != "succeeded" {
-		return fmt.Errorf("task %s %s: %s", tk.ID, tk.Status, output.Dash(tk.Error))
+		return tk, fmt.Errorf("task %s %s: %s", tk.ID, tk.Status, output.Dash(tk.Error))
 	}
-	return nil
+	return tk, nil
 }
