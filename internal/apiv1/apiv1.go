@@ -332,26 +332,26 @@ type Claim struct {
 
 // Allocation is a tenant's lease. Node and Claims are shown to admins only.
 type Allocation struct {
-	ID              string          `json:"id"`
-	TenantID        string          `json:"tenant_id"`
-	SKU             string          `json:"sku"`
-	CapacityShape   string          `json:"capacity_shape"`
-	GPUs            int             `json:"gpus"`
-	Region          string          `json:"region"`
-	Status          string          `json:"status"`
-	PlacementStatus string          `json:"placement_status"`
-	NodeID          string          `json:"node_id,omitempty"`
-	NodeName        string          `json:"node_name,omitempty"`
+	ID              string `json:"id"`
+	TenantID        string `json:"tenant_id"`
+	SKU             string `json:"sku"`
+	CapacityShape   string `json:"capacity_shape"`
+	GPUs            int    `json:"gpus"`
+	Region          string `json:"region"`
+	Status          string `json:"status"`
+	PlacementStatus string `json:"placement_status"`
+	NodeID          string `json:"node_id,omitempty"`
+	NodeName        string `json:"node_name,omitempty"`
 	// Node names the placement: the node's name for admins; for tenants a stable opaque id
 	// ("host-" + 12 hex digits, per tenant and node), enough to see two allocations share a host.
 	Node string `json:"node,omitempty"`
 	// Slots are the slots the allocation holds (stable interface: slot_index, numa_node).
 	Slots   []AllocationSlot `json:"slots"`
 	Profile ResolvedProfile  `json:"profile"`
-	Image           *ImageRef       `json:"image,omitempty"`
-	Price           Price           `json:"price"`
-	Cost            Cost            `json:"cost"`
-	Claims          []Claim         `json:"claims,omitempty"`
+	Image   *ImageRef        `json:"image,omitempty"`
+	Price   Price            `json:"price"`
+	Cost    Cost             `json:"cost"`
+	Claims  []Claim          `json:"claims,omitempty"`
 	// Tasks are the host tasks run for this allocation, with their phase timings (show only).
 	Tasks         []AllocationTask `json:"tasks,omitempty"`
 	SSHPublicKeys []string         `json:"ssh_public_keys,omitempty"`
