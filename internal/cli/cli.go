@@ -21,6 +21,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/capacity"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
+	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
@@ -134,6 +135,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		tokens.NewCmdTokens(f),
 		tasks.NewCmdTasks(f),
 		audit.NewCmdAudit(f, nil),
+		dashboardcmd.NewCmdDashboard(f),
 	)
 	root.AddCommand(version.NewCmdVersion(f), configcmd.NewCmdConfig(f), configcmd.NewCmdLogin(f))
 	return cmdutil.Group(root)
