@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"context"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ type ListOptions struct {
 
 	Status string
 	Output output.Format
+	Watch  cmdutil.WatchFlags
 }
 
 // NewCmdList is `alloc list`.
@@ -37,6 +39,7 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 	}
 	cmd.Flags().StringVar(&opts.Status, "status", "", "only allocations in this status (requested, provisioning, active, releasing, released, failed)")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	cmdutil.AddWatchFlags(cmd, &opts.Watch)
 	return cmd
 }
 
@@ -45,13 +48,15 @@ func listRun(ctx context.Context, opts *ListOptions) error {
 	if err != nil {
 		return err
 	}
-	items, err := c.ListAllocations(ctx, opts.Status)
-	if err != nil {
-		return err
-	}
-	if items == nil {
-		items = []apiv1.Allocation{}
-	}
-	// A bare JSON array (stable interface), unlike most lists' {"items": [...]}.
-	return printList(opts.IO.Out, opts.Output, items, items)
+	return opts.Watch.Render(ctx, opts.IO, func(w io.Writer) error {
+		items, err := c.ListAllocations(ctx, opts.Status)
+		if err != nil {
+			return err
+		}
+		if items == nil {
+			items = []apiv1.Allocation{}
+		}
+		// A bare JSON array (stable interface), unlike most lists' {"items": [...]}.
+		return printList(w, opts.Output, items, items)
+	})
 }

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"context"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ type ShowOptions struct {
 
 	ID     string
 	Output output.Format
+	Watch  cmdutil.WatchFlags
 }
 
 // NewCmdShow is `alloc show ID`.
@@ -35,6 +37,7 @@ func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Comman
 		},
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	cmdutil.AddWatchFlags(cmd, &opts.Watch)
 	return cmd
 }
 
@@ -43,9 +46,11 @@ func showRun(ctx context.Context, opts *ShowOptions) error {
 	if err != nil {
 		return err
 	}
-	a, err := c.GetAllocation(ctx, opts.ID)
-	if err != nil {
-		return err
-	}
-	return output.Print(opts.IO.Out, opts.Output, a, func(t *output.TableWriter) { printDetail(t, a) })
+	return opts.Watch.Render(ctx, opts.IO, func(w io.Writer) error {
+		a, err := c.GetAllocation(ctx, opts.ID)
+		if err != nil {
+			return err
+		}
+		return output.Print(w, opts.Output, a, func(t *output.TableWriter) { printDetail(t, a) })
+	})
 }

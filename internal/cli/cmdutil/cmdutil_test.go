@@ -1,9 +1,11 @@
 package cmdutil
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,5 +153,32 @@ func TestFactoryClientNeedsServerAndToken(t *testing.T) {
 	c2, _ := f.Client()
 	if err != nil || c1 != c2 {
 		t.Fatalf("client built once: %v %p %p", err, c1, c2)
+	}
+}
+
+func TestWatchWritesOnlyChanges(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out bytes.Buffer
+	calls := 0
+	frames := []string{"a\n", "a\n", "b\n", "b\n"}
+	w := WatchFlags{Watch: true, Interval: 200 * time.Millisecond}
+	err := w.Render(ctx, IOStreams{Out: &out}, func(wr io.Writer) error {
+		_, err := io.WriteString(wr, frames[calls])
+		calls++
+		if calls == len(frames) {
+			cancel() // Ctrl-C after the fourth read
+		}
+		return err
+	})
+	if err != nil || out.String() != "a\nb\n" || calls != 4 {
+		t.Fatalf("watch wrote %q after %d reads (%v); want each change once", out.String(), calls, err)
+	}
+	out.Reset()
+	if err := (WatchFlags{}).Render(ctx, IOStreams{Out: &out}, func(wr io.Writer) error { _, err := io.WriteString(wr, "once\n"); return err }); err != nil || out.String() != "once\n" {
+		t.Fatalf("no --watch: %q %v", out.String(), err)
+	}
+	if err := (WatchFlags{Watch: true, Interval: time.Millisecond}).Render(ctx, IOStreams{Out: &out}, nil); err == nil {
+		t.Fatal("a too-short interval was accepted")
 	}
 }

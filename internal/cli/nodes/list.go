@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ type ListOptions struct {
 	Client func() (*client.Client, error)
 
 	Output output.Format
+	Watch  cmdutil.WatchFlags
 }
 
 // NewCmdList is `nodes list`.
@@ -34,6 +36,7 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 		},
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	cmdutil.AddWatchFlags(cmd, &opts.Watch)
 	return cmd
 }
 
@@ -42,9 +45,11 @@ func listRun(ctx context.Context, opts *ListOptions) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := c.ListNodes(ctx)
-	if err != nil {
-		return err
-	}
-	return printList(opts.IO.Out, opts.Output, output.List(nodes), nodes)
+	return opts.Watch.Render(ctx, opts.IO, func(w io.Writer) error {
+		nodes, err := c.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		return printList(w, opts.Output, output.List(nodes), nodes)
+	})
 }

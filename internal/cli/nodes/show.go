@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -21,6 +22,7 @@ type ShowOptions struct {
 
 	Node   string
 	Output output.Format
+	Watch  cmdutil.WatchFlags
 }
 
 // NewCmdShow is `nodes show NODE`.
@@ -39,6 +41,7 @@ func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Comman
 		},
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	cmdutil.AddWatchFlags(cmd, &opts.Watch)
 	return cmd
 }
 
@@ -47,11 +50,13 @@ func showRun(ctx context.Context, opts *ShowOptions) error {
 	if err != nil {
 		return err
 	}
-	n, err := c.GetNode(ctx, opts.Node)
-	if err != nil {
-		return err
-	}
-	return output.Print(opts.IO.Out, opts.Output, n, func(t *output.TableWriter) { printDetail(t, n) })
+	return opts.Watch.Render(ctx, opts.IO, func(w io.Writer) error {
+		n, err := c.GetNode(ctx, opts.Node)
+		if err != nil {
+			return err
+		}
+		return output.Print(w, opts.Output, n, func(t *output.TableWriter) { printDetail(t, n) })
+	})
 }
 
 func printDetail(t *output.TableWriter, n *apiv1.Node) {

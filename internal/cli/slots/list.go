@@ -2,6 +2,7 @@ package slots
 
 import (
 	"github.com/spf13/cobra"
+	"io"
 
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
@@ -15,6 +16,7 @@ type ListOptions struct {
 
 	Node   string
 	Output output.Format
+	Watch  cmdutil.WatchFlags
 }
 
 // NewCmdList is `slots list NODE`.
@@ -34,13 +36,16 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 			if err != nil {
 				return err
 			}
-			slots, err := c.ListSlots(cmd.Context(), opts.Node)
-			if err != nil {
-				return err
-			}
-			return printSlots(opts.IO.Out, opts.Output, output.List(slots), slots)
+			return opts.Watch.Render(cmd.Context(), opts.IO, func(w io.Writer) error {
+				slots, err := c.ListSlots(cmd.Context(), opts.Node)
+				if err != nil {
+					return err
+				}
+				return printSlots(w, opts.Output, output.List(slots), slots)
+			})
 		},
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	cmdutil.AddWatchFlags(cmd, &opts.Watch)
 	return cmd
 }
