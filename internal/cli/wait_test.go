@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
@@ -107,5 +108,38 @@ func TestWaitShowsRunningProgressAndSkipReasons(t *testing.T) {
 	}
 	if strings.Count(r.ErrOut, "image_stat_download        ok") != 1 {
 		t.Errorf("finished phase once: %q", r.ErrOut)
+	}
+}
+
+func TestTasksLogsFollow(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	ph := []apiv1.TaskPhase{
+		{Name: "lease_acquire", Status: "ok", StartedAt: t0, DurationMS: 5},
+		{Name: "image_stat_download", Status: "running", StartedAt: t0, Detail: "5 MiB"},
+	}
+	var gets atomic.Int32
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /api/v1/tasks/task-1": func(w http.ResponseWriter, r *http.Request) {
+			tk := apiv1.Task{ID: "task-1", Type: "slice.vm_provision", Status: "leased", Phases: ph}
+			if gets.Add(1) > 1 {
+				tk.Status = "succeeded"
+				tk.Phases = []apiv1.TaskPhase{ph[0], {Name: "image_stat_download", Status: "ok", StartedAt: t0, DurationMS: 2000, Detail: "downloaded"},
+					{Name: "vfio_bind_check", Status: "skipped", StartedAt: t0, Detail: "lab host"}}
+			}
+			reply(200, tk)(w, r)
+		},
+	})
+	r := run(t, fa.env(t), "tasks", "logs", "task-1", "--follow")
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "lease_acquire") || !strings.Contains(lines[1], "image_stat_download") ||
+		!strings.Contains(lines[1], "downloaded") || !strings.Contains(lines[2], "lab host") || strings.Contains(r.Out, "running") {
+		t.Fatalf("each finished phase once, in order: %q", r.Out)
+	}
+	if !strings.Contains(r.ErrOut, "succeeded") {
+		t.Fatalf("end status: %q", r.ErrOut)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,7 @@ import (
 // NewCmdTasks is the `tasks` command group.
 func NewCmdTasks(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "Node tasks and their phase timings (admin)"}
-	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f, nil))
+	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f, nil), NewCmdLogs(f))
 }
 
 // ListOptions are `tasks list`'s dependencies and flags.
@@ -119,9 +120,10 @@ func printTask(t *output.TableWriter, tk *apiv1.Task) {
 		t.Row("Output:", string(tk.Output))
 	}
 	t.Blank()
-	t.Row("PHASE", "STATUS", "DURATION", "DETAIL")
-	for _, p := range tk.Phases {
-		t.Row(p.Name, p.Status, output.Millis(p.DurationMS), output.Dash(p.Note()))
+	t.Row("PHASE", "STATUS", "DURATION", "WATERFALL", "DETAIL")
+	bars := Waterfall(tk.Phases, 30)
+	for i, p := range tk.Phases {
+		t.Row(p.Name, p.Status, output.Millis(p.DurationMS), bars[i], output.Dash(p.Note()))
 	}
 	t.Row("total", "", total(tk.Phases))
 }
@@ -172,4 +174,92 @@ func WaitTask(ctx context.Context, c *client.Client, id string, timeout time.Dur
 		return tk, fmt.Errorf("task %s %s: %s", tk.ID, tk.Status, output.Dash(tk.Error))
 	}
 	return tk, nil
+}
+
+// Waterfall draws each phase as a bar on a shared time axis `width` cells wide: where it
+// started relative to the first phase, and for how long. A phase too short for a cell still
+// gets a thin mark, so every phase is visible.
+func Waterfall(ph []apiv1.TaskPhase, width int) []string {
+	out := make([]string, len(ph))
+	if len(ph) == 0 {
+		return out
+	}
+	start, end := ph[0].StartedAt, ph[0].StartedAt
+	for _, p := range ph {
+		if p.StartedAt.Before(start) {
+			start = p.StartedAt
+		}
+		if e := p.StartedAt.Add(time.Duration(p.DurationMS) * time.Millisecond); e.After(end) {
+			end = e
+		}
+	}
+	span := end.Sub(start)
+	for i, p := range ph {
+		if span <= 0 {
+			out[i] = "▏"
+			continue
+		}
+		off := int(float64(p.StartedAt.Sub(start)) / float64(span) * float64(width))
+		n := int(float64(time.Duration(p.DurationMS)*time.Millisecond) / float64(span) * float64(width))
+		if off >= width {
+			off = width - 1
+		}
+		if off+n > width {
+			n = width - off
+		}
+		bar := strings.Repeat("█", n)
+		if n == 0 {
+			bar = "▏"
+		}
+		out[i] = strings.Repeat(" ", off) + bar
+	}
+	return out
+}
+
+// NewCmdLogs is `tasks logs ID [--follow]`.
+func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
+	follow := false
+	timeout := 2 * time.Hour
+	cmd := &cobra.Command{
+		Use:   "logs ID [--follow]",
+		Short: "Print a task's phases, one line each; --follow prints new ones until the task ends",
+		Args:  cmdutil.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			printed := 0
+			var tk *apiv1.Task
+			err = cmdutil.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+				if tk, err = c.GetTask(ctx, args[0]); err != nil {
+					return false, err
+				}
+				for ; printed < len(tk.Phases); printed++ {
+					p := tk.Phases[printed]
+					if p.Status == "running" {
+						break // in flight: printed once it finishes
+					}
+					fmt.Fprintf(f.IO.Out, "%s %-26s %-8s %8s  %s\n", p.StartedAt.UTC().Format("15:04:05.000Z"), p.Name, p.Status, output.Millis(p.DurationMS), p.Note())
+				}
+				ended := tk.Status != "queued" && tk.Status != "leased"
+				return !follow || ended, nil
+			})
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("task %s still %s after %s", args[0], tk.Status, timeout)
+				}
+				return err
+			}
+			if tk.Status != "queued" && tk.Status != "leased" {
+				fmt.Fprintf(f.IO.ErrOut, "task %s %s%s\n", output.Short(tk.ID), tk.Status, map[bool]string{true: ": " + tk.Error, false: ""}[tk.Error != ""])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing phases until the task ends")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "with --follow: give up after this long")
+	return cmd
 }
