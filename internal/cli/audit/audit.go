@@ -20,12 +20,18 @@ type Options struct {
 	Output   output.Format
 }
 
-// NewCmdAudit is `audit [--limit N]`.
+// NewCmdAudit is `audit [--limit N]`, also spelt `audit list`.
 func NewCmdAudit(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	cmd := newCmd(f, runF, "audit [--limit N]", "Show the audit log, newest first (admin)")
+	cmd.AddCommand(newCmd(f, runF, "list [--limit N]", "Show the audit log, newest first (same as `audit`)"))
+	return cmd
+}
+
+func newCmd(f *cmdutil.Factory, runF func(*Options) error, use, short string) *cobra.Command {
 	opts := &Options{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "audit [--limit N]",
-		Short: "Show the audit log, newest first (admin)",
+		Use:   use,
+		Short: short,
 		Args:  cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Limit < 1 || opts.Limit > 1000 {

@@ -2,6 +2,8 @@
 package skus
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -13,7 +15,7 @@ import (
 // NewCmdSKUs is the `skus` command group.
 func NewCmdSKUs(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "skus", Short: "The product catalog", Aliases: []string{"sku"}}
-	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdCreate(f, nil))
+	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil))
 }
 
 func printSKUs(t *output.TableWriter, skus []apiv1.SKU) {
@@ -106,5 +108,46 @@ func NewCmdCreate(f *cmdutil.Factory, runF func(*CreateOptions) error) *cobra.Co
 	}
 	cmd.Flags().StringVarP(&opts.File, "file", "f", "", "SKU description, YAML or JSON (- for standard input)")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+// NewCmdShow is `skus show SKU`.
+func NewCmdShow(f *cmdutil.Factory) *cobra.Command {
+	format := output.Table
+	cmd := &cobra.Command{
+		Use:   "show SKU",
+		Short: "Show a SKU: shape, GPU counts, price, fabric and its slice VM profiles",
+		Args:  cmdutil.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			skus, err := c.ListSKUs(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, s := range skus {
+				if s.SKU != args[0] {
+					continue
+				}
+				return output.Print(f.IO.Out, format, s, func(t *output.TableWriter) {
+					t.Row("SKU:", s.SKU)
+					t.Row("Name:", output.Dash(s.DisplayName))
+					t.Row("Shape:", s.CapacityShape)
+					t.Row("Model:", output.Dash(s.AcceleratorModel))
+					t.Row("GPU counts:", output.Ints(s.AllowedGPUCounts))
+					t.Row("Price:", output.Money(s.GPUHourlyPriceMinor, s.Currency)+" per GPU-hour")
+					t.Row("Fabric:", output.Dash(s.NetworkFabric))
+					t.Row("Active:", s.Active)
+					if len(s.ResourceProfile) > 0 && string(s.ResourceProfile) != "{}" {
+						t.Row("Profile:", string(s.ResourceProfile))
+					}
+				})
+			}
+			return &apiv1.Error{Code: apiv1.CodeNotFound, Message: fmt.Sprintf("no SKU %q (see gpuaasctl skus list)", args[0])}
+		},
+	}
+	cmdutil.AddOutputFlag(cmd, &format)
 	return cmd
 }
