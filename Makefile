@@ -49,6 +49,7 @@ completions: build
 	bin/gpuaasctl completion bash > completions/gpuaasctl.bash
 	bin/gpuaasctl completion zsh > completions/_gpuaasctl
 	bin/gpuaasctl completion fish > completions/gpuaasctl.fish
+	bin/gpuaasctl completion powershell > completions/gpuaasctl.ps1
 	@echo "wrote completions/"
 
 clean:

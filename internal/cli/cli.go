@@ -138,5 +138,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		dashboardcmd.NewCmdDashboard(f),
 	)
 	root.AddCommand(version.NewCmdVersion(f), configcmd.NewCmdConfig(f), configcmd.NewCmdLogin(f))
-	return cmdutil.Group(root)
+	root = cmdutil.Group(root)
+	cmdutil.AddDynamicCompletion(root, f)
+	return root
 }
