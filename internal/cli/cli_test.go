@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 var (
@@ -220,7 +221,12 @@ func TestNodesShow(t *testing.T) {
 		SlotSummary: apiv1.SlotSummary{Total: 8, ByStatus: map[string]int{"available": 5, "active": 2, "disabled": 1},
 			BySKU: []apiv1.SKUSlots{{SKU: "h200-sxm-slice", Available: 5}}, LiveSlotClaims: 2},
 	}
-	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/admin/nodes/h200-01": reply(200, n)})
+	rep, _ := json.Marshal(task.ReconcileReport{Runtime: "libvirt", CheckedAt: hb, OrphanDomains: []string{"gpuaas-old"},
+		Slots: []task.SlotDrift{{SlotIndex: 3, AllocationID: "a1", DomainState: "shutoff", Drift: []string{"domain gpuaas-a1 is shutoff, the allocation is active"}}}})
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /api/v1/admin/nodes/h200-01":           reply(200, n),
+		"GET /api/v1/admin/nodes/h200-01/reconcile": reply(200, apiv1.Reconcile{TaskID: "t1", Status: "succeeded", Report: rep}),
+	})
 	r := run(t, fa.env(t), "nodes", "show", "h200-01")
 	if r.Code != 0 {
 		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
@@ -245,6 +251,9 @@ Slots:             8 total
                    disabled: 1
 Available by SKU:  h200-sxm-slice=5
 Live claims:       slot=2 node_exclusive=0
+Drift:             2 findings (checked 2026-03-01 09:59:00Z)
+                   - slot 3: domain gpuaas-a1 is shutoff, the allocation is active
+                   - orphan domains: gpuaas-old
 `
 	if r.Out != want {
 		t.Fatalf("nodes show:\n%s\nwant:\n%s", r.Out, want)

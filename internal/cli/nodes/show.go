@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // ShowOptions are `nodes show`'s dependencies and flags.
@@ -55,7 +57,14 @@ func showRun(ctx context.Context, opts *ShowOptions) error {
 		if err != nil {
 			return err
 		}
-		return output.Print(w, opts.Output, n, func(t *output.TableWriter) { printDetail(t, n) })
+		var drift *apiv1.Reconcile
+		if opts.Output == output.Table {
+			drift, _ = c.GetReconcile(ctx, opts.Node) // none yet is normal
+		}
+		return output.Print(w, opts.Output, n, func(t *output.TableWriter) {
+			printDetail(t, n)
+			printDrift(t, drift)
+		})
 	})
 }
 
@@ -114,4 +123,41 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// printDrift summarises the node's latest reconcile: host state that differs from the plan.
+func printDrift(t *output.TableWriter, r *apiv1.Reconcile) {
+	if r == nil {
+		t.Row("Drift:", "not checked yet (gpuaasctl nodes reconcile NODE)")
+		return
+	}
+	if r.Status != "succeeded" {
+		t.Row("Drift:", fmt.Sprintf("latest check %s %s", output.Short(r.TaskID), r.Status))
+		return
+	}
+	var rep task.ReconcileReport
+	if json.Unmarshal(r.Report, &rep) != nil {
+		return
+	}
+	var lines []string
+	for _, s := range rep.Slots {
+		if len(s.Drift) > 0 {
+			lines = append(lines, fmt.Sprintf("slot %d: %s", s.SlotIndex, strings.Join(s.Drift, "; ")))
+		}
+	}
+	for _, x := range [][2]string{{"orphan domains", strings.Join(rep.OrphanDomains, ", ")}, {"orphan leases", strings.Join(rep.OrphanLeases, ", ")},
+		{"orphan DHCP reservations", strings.Join(rep.OrphanReservations, ", ")}} {
+		if x[1] != "" {
+			lines = append(lines, x[0]+": "+x[1])
+		}
+	}
+	when := output.Time(rep.CheckedAt)
+	if len(lines) == 0 {
+		t.Row("Drift:", "none (checked "+when+")")
+		return
+	}
+	t.Row("Drift:", fmt.Sprintf("%d findings (checked %s)", len(lines), when))
+	for _, l := range lines {
+		t.Row("", "- "+l)
+	}
 }
