@@ -166,6 +166,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
+			if env.Type == task.TypeTerminalOpen {
+				// Sessions are long-lived: they do not hold a task slot, and they end when
+				// hostd stops.
+				<-a.sem
+				a.execute(ctx, env)
+				return
+			}
 			defer func() { <-a.sem }()
 			a.execute(bg, env)
 		}()
@@ -374,6 +381,12 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 			rep, rerr := r.Reconcile(ctx, p)
 			out = rep
 			return rerr
+		})
+	case *task.TerminalOpen:
+		err = rec.Run("terminal_session", func() error {
+			o, terr := a.terminalOpen(ctx, p)
+			out = o
+			return terr
 		})
 	case *task.PrereqCheck:
 		err = rec.Run("prereq_check", func() error {

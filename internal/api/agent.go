@@ -211,6 +211,14 @@ func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, p Principal)
 	if err != nil {
 		return err
 	}
+	if tr.Type == string(task.TypeTerminalOpen) && tr.Status != "succeeded" {
+		// The host could not open the session (guest down, key not pinned, ...): tell the
+		// waiting client now rather than when its ticket times out.
+		var tp task.TerminalOpen
+		if json.Unmarshal(tr.Payload, &tp) == nil {
+			s.term.Fail(tp.SessionID, "the host could not open the session: "+tr.Error)
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"task_id": tr.ID, "status": tr.Status})
 	return nil
 }
@@ -278,6 +286,8 @@ func (s *Server) FlushHeartbeats(ctx context.Context) error {
 func (s *Server) RunBackground(ctx context.Context) {
 	t := time.NewTicker(heartbeatCoalesce)
 	defer t.Stop()
+	sweep := time.NewTicker(30 * time.Second)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -285,6 +295,12 @@ func (s *Server) RunBackground(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.hb.wake:
+		case <-sweep.C:
+			// Terminal tickets nobody used end as "not attached in time".
+			if _, err := s.store.ExpireSessions(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("expiring terminal sessions", "err", err)
+			}
+			continue
 		}
 		if err := s.FlushHeartbeats(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("heartbeat flush", "err", err)

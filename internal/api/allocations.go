@@ -59,6 +59,9 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	if err != nil {
 		return err
 	}
+	if n := s.term.CloseAllocation(out.ID); n > 0 {
+		s.log.Info("terminal sessions closed: the allocation is releasing", "allocation", out.ID, "sessions", n)
+	}
 	s.kick()
 	writeJSON(w, http.StatusOK, out)
 	return nil

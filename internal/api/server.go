@@ -22,6 +22,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/terminal"
 )
 
 // Options configures the API.
@@ -38,6 +39,8 @@ type Options struct {
 	// (PEM) handed to enrolling hosts to pin.
 	CA         *pki.CA
 	SigningPub []byte
+	// Terminal tunes the SSH relay (gpuaasctl ssh).
+	Terminal TerminalConfig
 }
 
 // Server serves the API.
@@ -53,6 +56,8 @@ type Server struct {
 	ca         *pki.CA
 	signingPub []byte
 	hb         heartbeats
+	term       *terminal.Hub
+	termCfg    TerminalConfig
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -65,6 +70,9 @@ func New(opts Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.termCfg = opts.Terminal
+	s.termCfg.defaults()
+	s.term = &terminal.Hub{Idle: s.termCfg.Idle, RecordDir: s.termCfg.RecordDir, OnEnd: s.sessionEnded}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 		s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -103,6 +111,9 @@ type statusRecorder struct {
 	http.ResponseWriter
 	code int
 }
+
+// Unwrap lets http.ResponseController reach the connection (the terminal relay hijacks it).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
@@ -222,9 +233,15 @@ func (s *Server) table() []route {
 
 		{"POST", "/api/v1/agent/enroll", public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
 		{"POST", "/api/v1/agent/renew", nodeOnly, s.renew, "Rotate the node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
+		{"POST", "/api/v1/allocations/{id}/terminal", anyUser, s.openTerminal, "Open a terminal/stdio/console session into an active allocation's VM; returns a single-use ticket", apiv1.TerminalRequest{}, apiv1.TerminalTicket{}, 201},
+		{"GET", "/api/v1/terminal/{session}/attach", anyUser, s.attachClient, "Attach to a session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token; HTTP/1.1)", nil, nil, 101},
+		{"GET", "/api/v1/sessions", anyUser, s.listSessions, "Terminal sessions, newest first (tenants: their own)", nil, apiv1.List[apiv1.TerminalSession]{}, 200},
+		{"GET", "/api/v1/sessions/{session}", anyUser, s.getSession, "One terminal session", nil, apiv1.TerminalSession{}, 200},
+		{"GET", "/api/v1/sessions/{session}/recording", anyUser, s.getRecording, "A session's asciicast v2 recording", nil, nil, 200},
 		{"GET", "/api/v1/agent/tasks", nodeOnly, s.pollTasks, "Long-poll for the next signed task (query: wait, up to 60s); 204 when none", nil, task.Envelope{}, 200},
 		{"POST", "/api/v1/agent/tasks/{id}/result", nodeOnly, s.taskResult, "Report a task result (idempotent)", task.Result{}, map[string]string{}, 200},
 		{"POST", "/api/v1/agent/tasks/{id}/progress", nodeOnly, s.taskProgress, "Report live phases; extends the lease", task.Progress{}, nil, 204},
+		{"GET", "/api/v1/agent/terminal/{session}", nodeOnly, s.attachHost, "hostd's outbound stream for a terminal session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token)", nil, nil, 101},
 		{"POST", "/api/v1/agent/heartbeat", nodeOnly, s.heartbeat, "Agent heartbeat with facts", apiv1.Heartbeat{}, nil, 204},
 	}
 }

@@ -583,3 +583,40 @@ type StorageTransitionRequest struct {
 	Apply   bool     `json:"apply"`
 	Confirm string   `json:"confirm,omitempty"` // the node name, required with apply
 }
+
+// TerminalRequest opens a session into an allocation's VM.
+type TerminalRequest struct {
+	Mode    string `json:"mode"`              // terminal | stdio | console (admin)
+	Command string `json:"command,omitempty"` // terminal mode: run this instead of a login shell
+	Cols    int    `json:"cols,omitempty"`    // terminal mode: > 0 requests a PTY of this size
+	Rows    int    `json:"rows,omitempty"`
+}
+
+// TerminalTicket is the answer to a TerminalRequest: attach to AttachPath with Token within
+// ExpiresAt. The token works once.
+type TerminalTicket struct {
+	SessionID  string    `json:"session_id"`
+	Token      string    `json:"token"`
+	AttachPath string    `json:"attach_path"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// TerminalSession is a recorded session (sessions list/show).
+type TerminalSession struct {
+	ID           string     `json:"id"`
+	AllocationID string     `json:"allocation_id"`
+	TenantID     string     `json:"tenant_id"`
+	Actor        string     `json:"actor"`
+	ActorRole    string     `json:"actor_role"`
+	Mode         string     `json:"mode"`
+	Command      string     `json:"command,omitempty"`
+	Status       string     `json:"status"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	EndedAt      *time.Time `json:"ended_at,omitempty"`
+	BytesIn      int64      `json:"bytes_in"`
+	BytesOut     int64      `json:"bytes_out"`
+	ExitStatus   *int       `json:"exit_status,omitempty"`
+	EndReason    string     `json:"end_reason,omitempty"`
+	Recorded     bool       `json:"recorded"`
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
 	"github.com/gpuaas/gpuaas/internal/cli/slots"
+	"github.com/gpuaas/gpuaas/internal/cli/sshcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/storage"
 	"github.com/gpuaas/gpuaas/internal/cli/tasks"
 	"github.com/gpuaas/gpuaas/internal/cli/tenants"
@@ -124,6 +125,9 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		skus.NewCmdSKUs(f),
 		capacity.NewCmdCapacity(f, nil),
 		alloc.NewCmdAlloc(f),
+		sshcmd.NewCmdSSH(f, nil),
+		sshcmd.NewCmdSSHConfig(f),
+		sshcmd.NewCmdSessions(f),
 	)
 	add("admin",
 		nodes.NewCmdNodes(f),

@@ -6,6 +6,7 @@ package controller
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,6 +28,10 @@ type Config struct {
 	ProvisionTTL    time.Duration `mapstructure:"provision_ttl"`
 	// ReconcileInterval queues slice.reconcile on every reachable node this often (0: off).
 	ReconcileInterval time.Duration `mapstructure:"reconcile_interval"`
+	// Terminal relay (gpuaasctl ssh).
+	TerminalRecordDir    string        `mapstructure:"terminal_record_dir"`
+	TerminalIdle         time.Duration `mapstructure:"terminal_idle"`
+	TerminalMaxPerTenant int           `mapstructure:"terminal_max_per_tenant"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -58,6 +63,12 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Duration(n, 20*time.Minute, "deadline of slice.vm_provision; past it the allocation fails")
 		case "reconcile-interval":
 			fs.Duration(n, 10*time.Minute, "queue slice.reconcile (drift check) on every reachable node this often (0 disables)")
+		case "terminal-record-dir":
+			fs.String(n, "", "record terminal-mode session output as asciicast v2 files here (0600; default: off)")
+		case "terminal-idle":
+			fs.Duration(n, 30*time.Minute, "end a terminal session after this long without traffic")
+		case "terminal-max-per-tenant":
+			fs.Int(n, 8, "concurrent terminal sessions per tenant")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -113,6 +124,12 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 	}
 	if fs.Lookup("task-lease") != nil && (c.TaskLease < time.Second || c.ProvisionTTL < c.TaskLease) {
 		return fmt.Errorf("--task-lease must be >= 1s and --provision-ttl >= --task-lease")
+	}
+	if fs.Lookup("terminal-idle") != nil && (c.TerminalIdle < 10*time.Second || c.TerminalMaxPerTenant < 1 || c.TerminalMaxPerTenant > 1000) {
+		return fmt.Errorf("--terminal-idle must be at least 10s and --terminal-max-per-tenant 1..1000")
+	}
+	if c.TerminalRecordDir != "" && !filepath.IsAbs(c.TerminalRecordDir) {
+		return fmt.Errorf("--terminal-record-dir must be an absolute path")
 	}
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 10*time.Second) {
 		return fmt.Errorf("--reconcile-interval must be 0 (off) or at least 10s")

@@ -149,7 +149,8 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)
-	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub})
+	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
+		Terminal: api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir}})
 
 	go apiSrv.RunBackground(dctx)
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)

@@ -95,6 +95,7 @@ func TestScripts(t *testing.T) {
 			"tmuxstart":        tmuxStart,
 			"tmuxkeys":         tmuxKeys,
 			"tmuxwait":         tmuxWait,
+			"tmuxresize":       tmuxResize,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,

@@ -24,7 +24,7 @@ func tmuxStart(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sock := tmuxSocket(ts)
 	tmuxArgs := []string{"-L", sock, "new-session", "-d", "-s", args[0], "-x", "140", "-y", "45"}
-	for _, k := range []string{"PATH", "HOME", "GPUAAS_SERVER", "GPUAAS_CA_FILE", "GPUAAS_TOKEN_FILE"} {
+	for _, k := range []string{"PATH", "HOME", "GPUAAS_SERVER", "GPUAAS_CA_FILE", "GPUAAS_TOKEN_FILE", "GPUAAS_TOKEN"} {
 		tmuxArgs = append(tmuxArgs, "-e", k+"="+ts.Getenv(k))
 	}
 	tmuxArgs = append(tmuxArgs, "-e", "TERM=xterm-256color", "-e", "NO_COLOR=",
@@ -72,4 +72,15 @@ func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(100 * time.Millisecond) // screen poll; the deadline bounds it
 	}
 	ts.Fatalf("%q never appeared; the screen:\n%s", args[1], screen)
+}
+
+// tmuxResize resizes a session's window (the program sees SIGWINCH).
+// Usage: tmuxresize NAME COLS ROWS
+func tmuxResize(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: tmuxresize NAME COLS ROWS")
+	}
+	if out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", tmuxSocket(ts), "resize-window", "-t", args[0], "-x", args[1], "-y", args[2]); err != nil {
+		ts.Fatalf("tmux resize-window: %v %s", err, out)
+	}
 }

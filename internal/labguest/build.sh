@@ -24,7 +24,7 @@ kver=$(ls pkg/lib/modules | head -1)
 r=root
 mkdir -p $r/{bin,sbin,etc/dropbear,proc,sys,dev,run,tmp,mnt/seed,lib/modules,var/lib/gpuaas,home,root,usr/share/udhcpc}
 cp pkg/bin/busybox $r/bin/busybox
-for a in acpid wc sh mount umount insmod ip ifconfig route udhcpc dd cat grep sed mkdir chmod chown echo sleep ls head tr cut date test poweroff reboot sync hostname ps kill; do ln -s busybox $r/bin/$a; done
+for a in acpid wc stty uname id env true false sh mount umount insmod ip ifconfig route udhcpc dd cat grep sed mkdir chmod chown echo sleep ls head tr cut date test poweroff reboot sync hostname ps kill; do ln -s busybox $r/bin/$a; done
 cp pkg/usr/sbin/dropbear $r/sbin/ && cp pkg/usr/bin/dropbearkey $r/bin/
 mkdir -p $r/lib/x86_64-linux-gnu $r/lib64
 # copy every shared library dropbear needs, resolved from the packages (not the host)

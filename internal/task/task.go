@@ -152,7 +152,24 @@ type PrereqCheck struct {
 type TerminalOpen struct {
 	SessionID    string `json:"session_id"`
 	AllocationID string `json:"allocation_id"`
-	Mode         string `json:"mode"` // terminal | stdio
+	Mode         string `json:"mode"` // terminal | stdio | console
+	// HostToken authenticates hostd's attach (with its node certificate); single use.
+	HostToken string `json:"host_token"`
+	// AttachPath is where hostd opens its outbound stream for this session.
+	AttachPath string `json:"attach_path"`
+	GuestIP    string `json:"guest_ip"`
+	Username   string `json:"username"`
+	Command    string `json:"command,omitempty"`
+	Cols       int    `json:"cols,omitempty"`
+	Rows       int    `json:"rows,omitempty"`
+}
+
+// TerminalOutput is terminal.open's result.
+type TerminalOutput struct {
+	Mode       string `json:"mode"`
+	ExitStatus *int   `json:"exit_status,omitempty"`
+	BytesIn    int64  `json:"bytes_in"`
+	BytesOut   int64  `json:"bytes_out"`
 }
 
 var payloadTypes = map[Type]func() any{
