@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/slicevm"
 	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/terminal"
 )
 
 // relayConn is the upgraded connection, reading first what the response reader buffered.
@@ -89,5 +90,11 @@ func (a *Agent) terminalOpen(ctx context.Context, p *task.TerminalOpen) (task.Te
 		return task.TerminalOutput{Mode: p.Mode}, fmt.Errorf("relay: %w", err)
 	}
 	defer conn.Close()
-	return t.Terminal(ctx, p, conn)
+	out, err := t.Terminal(ctx, p, conn)
+	if err != nil && out.ExitStatus == nil && p.Mode != terminal.ModeStdio {
+		// The client is attached and waiting: tell it why, in its own framing.
+		_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_ = terminal.WriteFrame(conn, terminal.FrameExit, terminal.Exit(255, "the host could not open the session: "+err.Error()))
+	}
+	return out, err
 }

@@ -4,8 +4,10 @@
 package hypervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -185,4 +187,32 @@ func (h *Libvirt) List(prefix string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Console streams a running domain's serial console output into out until ctx ends or the
+// console closes (virDomainOpenConsole). It uses a connection of its own, closed to stop the
+// stream: go-libvirt's console stream is output-only, so the relay's console is read-only.
+func Console(ctx context.Context, socket, name string, out io.Writer) error {
+	h, err := Connect(socket)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	d, err := h.lookup(name)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.l.DomainOpenConsole(d, libvirt.OptString{}, out, 0) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("hypervisor: console of %s: %w", name, err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = h.l.Disconnect() // ends the stream
+		<-done
+		return nil
+	}
 }

@@ -70,6 +70,8 @@ type HostConfig struct {
 	ReadinessTimeout time.Duration
 	// GuestSSHPort is the guest's SSH port (22).
 	GuestSSHPort int
+	// LibvirtSocket is where a console session opens its own libvirt connection.
+	LibvirtSocket string
 	// TelemetryURL is the guest telemetry endpoint as guests reach it (set once listening).
 	TelemetryURL string
 	Log          *slog.Logger

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/hypervisor"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/terminal"
 )
@@ -102,7 +103,7 @@ func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.Rea
 		out.ExitStatus = &status
 		return out, err
 	case terminal.ModeConsole:
-		return out, errors.New("console mode is not available on this host yet")
+		return out, h.console(ctx, p, cs)
 	}
 	return out, fmt.Errorf("terminal: unknown mode %q", p.Mode)
 }
@@ -110,4 +111,51 @@ func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.Rea
 // Terminal in the sim runtime: there is no VM to enter.
 func (Sim) Terminal(context.Context, *task.TerminalOpen, io.ReadWriteCloser) (task.TerminalOutput, error) {
 	return task.TerminalOutput{}, errors.New("the sim runtime runs no VM: no terminal to open")
+}
+
+// console streams the VM's serial console (read-only: go-libvirt's console stream carries
+// output only) as data frames until the client leaves or the console closes.
+func (h *Host) console(ctx context.Context, p *task.TerminalOpen, stream io.ReadWriter) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	frame := func(typ byte, b []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return terminal.WriteFrame(stream, typ, b)
+	}
+	go func() {
+		told := false
+		for {
+			typ, _, err := terminal.ReadFrame(stream)
+			if err != nil {
+				cancel() // the client left
+				return
+			}
+			if typ == terminal.FrameData && !told {
+				told = true
+				_ = frame(terminal.FrameStderr, []byte("\r\n[gpuaas: the serial console is read-only through this relay]\r\n"))
+			}
+		}
+	}()
+	_ = frame(terminal.FrameStderr, []byte("[gpuaas: serial console of "+VMName(p.AllocationID)+"; output only, Ctrl-C or closing ends it]\r\n"))
+	err := hypervisor.Console(ctx, h.cfg.LibvirtSocket, VMName(p.AllocationID), frameWriterFunc(func(b []byte) error { return frame(terminal.FrameData, b) }))
+	msg := "console closed"
+	status := 0
+	if err != nil {
+		msg, status = err.Error(), 1
+	}
+	_ = frame(terminal.FrameExit, terminal.Exit(status, msg))
+	return err
+}
+
+type frameWriterFunc func([]byte) error
+
+func (f frameWriterFunc) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += terminal.MaxFrame {
+		if err := f(p[off:min(off+terminal.MaxFrame, len(p))]); err != nil {
+			return off, err
+		}
+	}
+	return len(p), nil
 }

@@ -5,6 +5,7 @@
 package sshcmd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -141,7 +142,12 @@ func run(ctx context.Context, o *Options) error {
 		defer restore()
 		go forwardResize(ctx, conn, int(inFile.Fd()))
 	}
-	status, msg, err := pumpFrames(ctx, conn, o.IO.In, o.IO.Out, o.IO.ErrOut)
+	detach := -1
+	if o.Console {
+		detach = 0x1d // Ctrl-]: leave the console, as virsh console does
+		fmt.Fprint(o.IO.ErrOut, "[gpuaasctl: Ctrl-] leaves the console]\r\n")
+	}
+	status, msg, err := pumpFrames(ctx, conn, o.IO.In, o.IO.Out, o.IO.ErrOut, detach)
 	if restore != nil {
 		restore() // before any message, so it prints on a sane terminal
 	}
@@ -180,11 +186,17 @@ func forwardResize(ctx context.Context, conn net.Conn, fd int) {
 
 // pumpFrames copies stdin into data frames (then EOF), and the host's frames to stdout and
 // stderr, until the exit frame. A connection that ends without one is an error.
-func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io.Writer) (int, string, error) {
+func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io.Writer, detach int) (int, string, error) {
+	detached := make(chan struct{})
 	go func() {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := in.Read(buf)
+			if detach >= 0 && n > 0 && bytes.IndexByte(buf[:n], byte(detach)) >= 0 {
+				close(detached)
+				_ = conn.Close()
+				return
+			}
 			if n > 0 {
 				if send(conn, terminal.FrameData, buf[:n]) != nil {
 					return
@@ -200,6 +212,11 @@ func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io
 	for {
 		typ, p, err := terminal.ReadFrame(conn)
 		if err != nil {
+			select {
+			case <-detached:
+				return 0, "", nil
+			default:
+			}
 			if ctx.Err() != nil {
 				return 130, "interrupted", nil
 			}
