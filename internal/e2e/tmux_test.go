@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -52,11 +53,17 @@ func tmuxKeys(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// tmuxWait waits until the session's screen contains TEXT (within 20 s) and logs the screen.
-// Usage: tmuxwait NAME TEXT
+// tmuxWait waits until the session's screen contains TEXT (within 20 s) and logs the screen;
+// TEXT "re:EXPR" is a regular expression (multi-line). Usage: tmuxwait NAME TEXT
 func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: tmuxwait NAME TEXT")
+	}
+	match := func(s string) bool { return strings.Contains(s, args[1]) }
+	if expr, ok := strings.CutPrefix(args[1], "re:"); ok {
+		re, err := regexp.Compile("(?m)" + expr)
+		ts.Check(err)
+		match = re.MatchString
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	screen := ""
@@ -64,7 +71,7 @@ func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
 		out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", tmuxSocket(ts), "capture-pane", "-p", "-t", args[0])
 		if err == nil {
 			screen = string(out)
-			if strings.Contains(screen, args[1]) {
+			if match(screen) {
 				ts.Logf("screen:\n%s", screen)
 				return
 			}
