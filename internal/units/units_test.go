@@ -69,7 +69,7 @@ func shipped(t *testing.T) map[string]string {
 func TestShippedUnitsVerify(t *testing.T) {
 	needAnalyze(t)
 	units := shipped(t)
-	for _, want := range []string{"gpuaas-controller.service", "gpuaas-hostd.service"} {
+	for _, want := range []string{"gpuaas-controller.service", "gpuaas-hostd.service", "gpuaas-firmware-profile.service"} {
 		if _, ok := units[want]; !ok {
 			t.Errorf("systemd/%s is missing", want)
 		}
