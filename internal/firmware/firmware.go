@@ -31,7 +31,7 @@ const (
 
 // Evidence statuses.
 const (
-	StatusVerified = "verified"      // the BIOS reads back as the profile wants
+	StatusVerified = "verified"       // the BIOS reads back as the profile wants
 	StatusPending  = "pending_reboot" // changes staged; a controlled reboot applies them
 	StatusMismatch = "mismatch"       // drift found and applying is not allowed
 	StatusFailed   = "failed"         // still drifted after the allowed reboots
