@@ -149,3 +149,71 @@ func TestSeedDirAndISO(t *testing.T) {
 		t.Fatalf("user-data read back from the ISO differs: %v\n%s", err, got)
 	}
 }
+
+func hostSeed(t *testing.T) HostSeed {
+	t.Helper()
+	ca := "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUAQIDBAUGBwgJCgsMDQ4PEBESExQwCgYIKoZIzj0EAwIw\n-----END CERTIFICATE-----\n"
+	return HostSeed{Node: "h200-01", Profile: ProfileSliceVM, Server: "https://ctl.example:8443", CAPEM: []byte(ca),
+		BootstrapToken: "gpb_0123456789abcdefghijkl", NodeTags: []string{"gpuaas-profile-slice-vm", "gpu-nvidia-h200"},
+		HostdURL: "https://repo.example/gpuaas-hostd", HostdSHA256: strings.Repeat("ab", 32), FirmwareVersion: "h200-xe9680l-slice-vm-v1",
+		FirmwareAttrs: "BIOS.ProcSettings.ProcVirtualization=Enabled BIOS.IntegratedDevices.SriovGlobalEnable=Enabled", ApplyIfNeeded: true,
+		RebootOnChange: true, MaxRebootAttempts: 1,
+		Units: map[string]string{"gpuaas-hostd.service": "[Unit]\nDescription=h\n", "gpuaas-firmware-profile.service": "[Unit]\nDescription=f\n", "gpuaas-controller.service": "x"}}
+}
+
+func TestRenderHostUserData(t *testing.T) {
+	for _, profile := range []string{ProfileSliceVM, ProfileBaremetal} {
+		h := hostSeed(t)
+		h.Profile = profile
+		ud, err := RenderHost(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(ud)
+		for _, want := range []string{"GPUAAS_FIRMWARE_PROFILE_TAG=gpuaas-profile-" + profile, "GPUAAS_FIRMWARE_MAX_REBOOT_ATTEMPTS=1",
+			"/etc/systemd/system/gpuaas-firmware-profile.service", "sha256sum -c", "/etc/gpuaas/ca.crt"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s: user-data lacks %q", profile, want)
+			}
+		}
+		if strings.Contains(s, "gpuaas-controller.service") {
+			t.Errorf("%s: the controller unit is not a host unit", profile)
+		}
+		enrolls := strings.Contains(s, "gpb_0123456789abcdefghijkl") && strings.Contains(s, "gpuaas-hostd.service")
+		if enrolls != (profile == ProfileSliceVM) {
+			t.Errorf("%s: enrollment present = %v", profile, enrolls)
+		}
+		needTool(t, "cloud-init", "cloud-init")
+		p := filepath.Join(t.TempDir(), "user-data")
+		if err := os.WriteFile(p, ud, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cloud-init", "schema", "--config-file", p).CombinedOutput(); err != nil {
+			t.Fatalf("%s: cloud-init schema rejects the host user-data: %v\n%s\n%s", profile, err, out, ud)
+		}
+	}
+}
+
+func TestRenderHostRefusesBadInput(t *testing.T) {
+	cases := map[string]func(*HostSeed){
+		"profile":  func(h *HostSeed) { h.Profile = "both" },
+		"token":    func(h *HostSeed) { h.BootstrapToken = "gpb_x; reboot" },
+		"digest":   func(h *HostSeed) { h.HostdSHA256 = "abc" },
+		"url":      func(h *HostSeed) { h.HostdURL = "https://x/a'; rm -rf / #" },
+		"server":   func(h *HostSeed) { h.Server = "http://ctl:8443" },
+		"ca":       func(h *HostSeed) { h.CAPEM = []byte("not pem") },
+		"attrs":    func(h *HostSeed) { h.FirmwareAttrs = "BIOS.A.B=$(reboot)" },
+		"version":  func(h *HostSeed) { h.FirmwareVersion = "v1\nGPUAAS_X=1" },
+		"tag":      func(h *HostSeed) { h.NodeTags = []string{"Bad Tag"} },
+		"units":    func(h *HostSeed) { h.Units = map[string]string{} },
+		"reboots":  func(h *HostSeed) { h.MaxRebootAttempts = 9 },
+		"http api": func(h *HostSeed) { h.Server = "http://ctl.example" },
+	}
+	for name, mut := range cases {
+		h := hostSeed(t)
+		mut(&h)
+		if _, err := RenderHost(h); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -24,6 +24,7 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 		NewCmdBootstrapToken(f, nil),
 		NewCmdStorageTransition(f, nil),
 		NewCmdReconcile(f, nil),
+		NewCmdCloudInit(f),
 	)
 }
 
