@@ -75,7 +75,9 @@ func (h HostSeed) validate() error {
 	return nil
 }
 
-func versionSafe(v string) bool { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`).MatchString(v) }
+func versionSafe(v string) bool {
+	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`).MatchString(v)
+}
 
 func b01(b bool) string {
 	if b {
