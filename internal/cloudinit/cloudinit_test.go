@@ -158,7 +158,7 @@ func hostSeed(t *testing.T) HostSeed {
 		HostdURL: "https://repo.example/gpuaas-hostd", HostdSHA256: strings.Repeat("ab", 32), FirmwareVersion: "h200-xe9680l-slice-vm-v1",
 		FirmwareAttrs: "BIOS.ProcSettings.ProcVirtualization=Enabled BIOS.IntegratedDevices.SriovGlobalEnable=Enabled", ApplyIfNeeded: true,
 		RebootOnChange: true, MaxRebootAttempts: 1,
-		Units: map[string]string{"gpuaas-hostd.service": "[Unit]\nDescription=h\n", "gpuaas-firmware-profile.service": "[Unit]\nDescription=f\n", "gpuaas-controller.service": "x"}}
+		Units: map[string]string{"gpuaas-hostd.service": "[Unit]\nDescription=h\n", "gpuaas-host-bootstrap.service": "[Unit]\nDescription=b\n", "gpuaas-firmware-profile.service": "[Unit]\nDescription=f\n", "gpuaas-controller.service": "x"}}
 }
 
 func TestRenderHostUserData(t *testing.T) {
@@ -179,7 +179,7 @@ func TestRenderHostUserData(t *testing.T) {
 		if strings.Contains(s, "gpuaas-controller.service") {
 			t.Errorf("%s: the controller unit is not a host unit", profile)
 		}
-		enrolls := strings.Contains(s, "gpb_0123456789abcdefghijkl") && strings.Contains(s, "gpuaas-hostd.service")
+		enrolls := strings.Contains(s, "gpb_0123456789abcdefghijkl") && strings.Contains(s, "gpuaas-hostd.service") && strings.Contains(s, "gpuaas-host-bootstrap.service")
 		if enrolls != (profile == ProfileSliceVM) {
 			t.Errorf("%s: enrollment present = %v", profile, enrolls)
 		}

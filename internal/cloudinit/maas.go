@@ -102,7 +102,7 @@ func RenderHost(h HostSeed) ([]byte, error) {
 	}
 	want := map[string]bool{"gpuaas-firmware-profile.service": true}
 	if h.Profile == ProfileSliceVM {
-		want["gpuaas-hostd.service"] = true
+		want["gpuaas-hostd.service"], want["gpuaas-host-bootstrap.service"] = true, true
 		files = append(files, map[string]any{"path": "/etc/gpuaas/hostd.env", "permissions": "0600", "owner": "root:root",
 			"content": "GPUAAS_NODE_TAGS=" + strings.Join(h.NodeTags, ",") + "\n"})
 	}
@@ -130,6 +130,10 @@ func RenderHost(h HostSeed) ([]byte, error) {
 	}
 	if h.Profile == ProfileSliceVM {
 		runcmd = append(runcmd,
+			// The host bootstrap (packages, IOMMU arguments, vfio, OVS bridge); it may ask for
+			// a reboot, which hostd reports until it happens.
+			[]string{"systemctl", "enable", "gpuaas-host-bootstrap.service"},
+			[]string{"systemctl", "start", "gpuaas-host-bootstrap.service"},
 			[]string{"gpuaas-hostd", "enroll", "--server", h.Server, "--ca-file", "/etc/gpuaas/ca.crt", "--token", h.BootstrapToken,
 				"--config", "/etc/gpuaas/hostd.yaml", "--runtime", "libvirt"},
 			[]string{"systemctl", "enable", "--now", "gpuaas-hostd.service"})

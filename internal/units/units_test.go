@@ -69,7 +69,7 @@ func shipped(t *testing.T) map[string]string {
 func TestShippedUnitsVerify(t *testing.T) {
 	needAnalyze(t)
 	units := shipped(t)
-	for _, want := range []string{"gpuaas-controller.service", "gpuaas-hostd.service", "gpuaas-firmware-profile.service"} {
+	for _, want := range []string{"gpuaas-controller.service", "gpuaas-hostd.service", "gpuaas-firmware-profile.service", "gpuaas-host-bootstrap.service"} {
 		if _, ok := units[want]; !ok {
 			t.Errorf("systemd/%s is missing", want)
 		}
@@ -92,7 +92,9 @@ func TestUnitDirectives(t *testing.T) {
 	want := map[string][]string{
 		"gpuaas-hostd.service": {"Type=notify", "WatchdogSec=", "Restart=on-failure", "StateDirectory=gpuaas", "RuntimeDirectory=",
 			"After=network-online.target libvirtd.service openvswitch-switch.service", "DeviceAllow=char-vfio rw", "NoNewPrivileges=yes"},
-		"gpuaas-controller.service": {"Type=notify", "EnvironmentFile=", "NoNewPrivileges=yes", "ProtectSystem=strict"},
+		"gpuaas-controller.service":       {"Type=notify", "EnvironmentFile=", "NoNewPrivileges=yes", "ProtectSystem=strict"},
+		"gpuaas-firmware-profile.service": {"Type=oneshot", "gpuaas-hostd firmware-profile apply", "ExecStartPost=/bin/systemctl disable gpuaas-firmware-profile.service", "Before=gpuaas-hostd.service"},
+		"gpuaas-host-bootstrap.service":   {"Type=oneshot", "gpuaas-hostd bootstrap --apply", "Before=gpuaas-hostd.service libvirtd.service"},
 	}
 	for name, ds := range want {
 		for _, d := range ds {
