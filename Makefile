@@ -9,7 +9,8 @@ BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
 RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/... ./internal/dispatch/... ./internal/agent/...
 TEST_FLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build test test-race test-rest demo lab bench lint completions deps clean
+PREFIX ?= /usr/local
+.PHONY: install release all build test test-race test-rest demo lab bench lint completions deps clean
 
 all: build
 
@@ -17,6 +18,18 @@ build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 	@echo "built: $(addprefix bin/,$(BINARIES))"
+
+# release builds static binaries (no cgo) with version info into bin/release/.
+release:
+	@mkdir -p bin/release
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/release/ ./cmd/...
+	@echo "built static: $(addprefix bin/release/,$(BINARIES))"
+
+# install puts the static binaries in $(PREFIX)/bin and prints how to install the units.
+install: release
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(addprefix bin/release/,$(BINARIES)) $(DESTDIR)$(PREFIX)/bin/
+	@echo; bin/release/gpuaas-controller systemd-unit; echo; bin/release/gpuaas-hostd systemd-unit
 
 # deps checks (and, as root, installs) what tests and the demo need from Debian.
 deps:

@@ -26,3 +26,16 @@ func Unit(name string) (string, error) {
 	b, err := files.ReadFile(name)
 	return string(b), err
 }
+
+// InstallHint is how to install and start units from an installed binary's directory.
+func InstallHint(binary string, units ...string) string {
+	s := "Install the systemd unit(s) and start them:\n"
+	for _, u := range units {
+		s += "  " + binary + " systemd-unit " + u + " | sudo tee /etc/systemd/system/" + u + " >/dev/null\n"
+	}
+	s += "  sudo systemctl daemon-reload\n"
+	for _, u := range units {
+		s += "  sudo systemctl enable --now " + u + "\n"
+	}
+	return s
+}

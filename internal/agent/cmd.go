@@ -29,7 +29,7 @@ func Main(version string, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newPrereqCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), newDebugCmd(stdout), newFirmwareCmd(stdout), newBootstrapCmd(stdout), &cobra.Command{
+	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newPrereqCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), newDebugCmd(stdout), newFirmwareCmd(stdout), newBootstrapCmd(stdout), newUnitCmd(stdout), &cobra.Command{
 		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintf(stdout, "gpuaas-hostd %s\n", version) },
 	})

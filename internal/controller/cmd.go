@@ -22,7 +22,7 @@ func NewRootCmd(version string, stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(version, stderr), newInitCmd(stdout), newMigrateCmd(stdout, stderr), newVersionCmd(version, stdout))
+	root.AddCommand(newServeCmd(version, stderr), newInitCmd(stdout), newMigrateCmd(stdout, stderr), newVersionCmd(version, stdout), newUnitCmd(stdout))
 	return root
 }
 
