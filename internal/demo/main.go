@@ -1,9 +1,10 @@
 // Command demo is `make demo`: it runs the main job end to end on the embedded default — a
-// private PostgreSQL under a temporary state directory, the controller, a node with an
-// approved slot map, a host daemon enrolled with the node's one-time bootstrap token (sim
-// runtime: no VM, labelled simulated), and an allocation created, provisioned through real
-// signed tasks, shown with its phase timings, and released with wipe proofs — printing every
-// command and its output.
+// private PostgreSQL under a temporary state directory, the controller, a node with approved
+// slots, a host daemon enrolled with the node's one-time bootstrap token, and an allocation
+// created, provisioned through real signed tasks, shown with its phase timings, and released
+// with wipe proofs — printing every command and its output. Where libvirt can run (root, a
+// running libvirtd, QEMU, OVMF) it takes the lab path: a real VM boots, gpuaasctl ssh logs
+// into it, and release wipes its loop-device disks; elsewhere the sim runtime, saying which.
 package main
 
 import (
@@ -50,7 +51,19 @@ type demo struct {
 func run() error {
 	bin := flag.String("bin", "bin", "directory holding the built binaries")
 	keep := flag.Bool("keep", false, "keep the state directory afterwards")
+	forceSim := flag.Bool("sim", false, "use the sim runtime even where a real VM could boot")
 	flag.Parse()
+	useLab := false
+	if missing := labMissing(); *forceSim || missing != "" {
+		why := "--sim given"
+		if !*forceSim {
+			why = "this machine lacks " + missing + " (as root: apt-get install libvirt-daemon-system qemu-system-x86 qemu-utils ovmf dosfstools mtools; virtlogd -d; libvirtd -d)"
+		}
+		fmt.Printf("Path: SIM runtime (no VM; every output says simulated): %s.\n", why)
+	} else {
+		useLab = true
+		fmt.Println("Path: LAB runtime: libvirt can run here, so a real VM boots (QEMU emulation), gpuaasctl ssh logs into it, and release wipes its disks.")
+	}
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
 		return err
@@ -140,9 +153,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	source := "file://" + artifact
+	var lb *lab
+	if useLab {
+		if lb, err = setupLab(dir); err != nil {
+			return err
+		}
+		defer lb.close()
+		source, sum = lb.imageURL, lb.imageSHA256
+	}
 	img := apiv1.OSImage{Slug: "demo-debian-12-slice", DisplayName: "Debian 12 demo slice image", Version: "12",
 		Target: "vm_slice", Family: "debian", Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http",
-		SourceRef: "file://" + artifact, DigestSHA256: sum, DefaultUsername: "debian", DriverStrategy: "none",
+		SourceRef: source, DigestSHA256: sum, DefaultUsername: "debian", DriverStrategy: "none",
 		CompatibilityMetadata: json.RawMessage(`{}`), Active: true}
 	if err := writeYAML(filepath.Join(dir, "image.yaml"), img); err != nil {
 		return err
@@ -163,12 +185,25 @@ func run() error {
 	}
 	fmt.Printf("(bootstrap token %s…, one-time, expires %s)\n", node.BootstrapToken[:12], node.BootstrapTokenExpiresAt.Format(time.RFC3339))
 
-	d.say("Enroll the host daemon with the node's one-time bootstrap token, then run it (sim runtime)")
 	hostdCfg := filepath.Join(dir, "hostd", "hostd.yaml")
 	hostRoot := filepath.Join(dir, "hostroot")
 	caFile := filepath.Join(state, "tls", "ca.crt")
+	runtime, runArgs := "sim", []string{"run", "--config", hostdCfg, "--heartbeat", "2s", "--sim-phase-delay", "100ms"}
+	if useLab {
+		d.say("Apply the lab node's slot map (two slots whose NVMe are the loop devices)")
+		if err := os.WriteFile(filepath.Join(dir, "slots.yaml"), []byte(lb.slotsYAML()), 0o644); err != nil {
+			return err
+		}
+		if _, err := d.ctl("slots", "apply", "h200-demo-01", "-f", filepath.Join(dir, "slots.yaml")); err != nil {
+			return err
+		}
+		runtime, hostRoot = "lab", "/"
+		runArgs = []string{"run", "--config", hostdCfg, "--heartbeat", "2s", "--data-dir", filepath.Join(dir, "data"), "--bridge", lb.bridge,
+			"--bridge-address", lb.cidr, "--telemetry-addr", ":0", "--readiness-timeout", "180s"}
+	}
+	d.say("Enroll the host daemon with the node's one-time bootstrap token, then run it (" + runtime + " runtime)")
 	if err := d.run("gpuaas-hostd", "enroll", "--server", "https://"+addr, "--ca-file", caFile, "--token", node.BootstrapToken,
-		"--config", hostdCfg, "--runtime", "sim", "--host-root", hostRoot, "--state-dir", filepath.Join(hostRoot, "var/lib/gpuaas/hostd")); err != nil {
+		"--config", hostdCfg, "--runtime", runtime, "--host-root", hostRoot, "--state-dir", filepath.Join(dir, "hostd", "state")); err != nil {
 		return err
 	}
 	hlog, err := os.Create(filepath.Join(dir, "hostd.log"))
@@ -176,20 +211,22 @@ func run() error {
 		return err
 	}
 	defer hlog.Close()
-	// A fixture host root (FAKE boundary: no real GPU/NVMe/IB here): a generated sysfs tree
-	// of an 8x H200 host (seed 004's PCI map), read by hostd through its host seam.
-	if err := fixture.Write(hostRoot, fixture.H200()); err != nil {
-		return err
+	if !useLab {
+		// A fixture host root (FAKE boundary: no real GPU/NVMe/IB here): a generated sysfs tree
+		// of an 8x H200 host (seed 004's PCI map), read by hostd through its host seam.
+		if err := fixture.Write(hostRoot, fixture.H200()); err != nil {
+			return err
+		}
+		evidence := filepath.Join(hostRoot, "var/lib/gpuaas/firmware-profile/evidence.json")
+		if err := os.MkdirAll(filepath.Dir(evidence), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(evidence, []byte(`{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("(host root %s: a generated 8x H200 sysfs tree — the fake boundary for hardware this machine lacks)\n", hostRoot)
 	}
-	evidence := filepath.Join(hostRoot, "var/lib/gpuaas/firmware-profile/evidence.json")
-	if err := os.MkdirAll(filepath.Dir(evidence), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(evidence, []byte(`{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`), 0o644); err != nil {
-		return err
-	}
-	fmt.Printf("(host root %s: a generated 8x H200 sysfs tree — the fake boundary for hardware this machine lacks)\n", hostRoot)
-	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), "run", "--config", hostdCfg, "--heartbeat", "2s", "--sim-phase-delay", "100ms")
+	hostd := exec.Command(filepath.Join(abs, "gpuaas-hostd"), runArgs...)
 	hostd.Stdout, hostd.Stderr = hlog, hlog
 	fmt.Printf("$ gpuaas-hostd run --config %s &\n", hostdCfg)
 	if err := hostd.Start(); err != nil {
@@ -217,15 +254,17 @@ func run() error {
 		return fmt.Errorf("host daemon never reported a heartbeat: %w", err)
 	}
 
-	d.say("Discover the host's topology through a signed task, review the candidates, approve them")
-	if _, err := d.ctl("topology", "discover", "h200-demo-01", "--wait"); err != nil {
-		return err
-	}
-	if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--dry-run"); err != nil {
-		return err
-	}
-	if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--yes"); err != nil {
-		return err
+	if !useLab {
+		d.say("Discover the host's topology through a signed task, review the candidates, approve them")
+		if _, err := d.ctl("topology", "discover", "h200-demo-01", "--wait"); err != nil {
+			return err
+		}
+		if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--dry-run"); err != nil {
+			return err
+		}
+		if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--yes"); err != nil {
+			return err
+		}
 	}
 	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
 		return err
@@ -280,6 +319,15 @@ func run() error {
 		return err
 	}
 	tenantEnv()
+	if useLab {
+		d.say("As the tenant, into the VM through the controller's audited relay (hostd dials out, SSHes in with the relay key)")
+		if _, err := d.ctl("ssh", a.ID, "--", "uname", "-a"); err != nil {
+			return err
+		}
+		if _, err := d.ctl("ssh", a.ID, "--", "sh", "-c", "echo ready since $(cat /var/lib/gpuaas/slice-ready); ip -4 addr show eth0 | grep inet"); err != nil {
+			return err
+		}
+	}
 
 	d.say("A 3-GPU request is refused with a machine-readable reason (exit code 6)")
 	if _, err := d.ctl("alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "3"); err == nil {
@@ -307,9 +355,20 @@ func run() error {
 	if _, err := d.ctl("audit", "--limit", "12"); err != nil {
 		return err
 	}
+	if useLab {
+		d.say("Every terminal session is recorded with who, bytes and exit status")
+		if _, err := d.ctl("sessions", "list"); err != nil {
+			return err
+		}
+	}
 	fmt.Println("\ndemo complete: controller + embedded PostgreSQL, an enrolled host daemon, a node with approved slots,")
 	fmt.Println("an allocation provisioned and released through signed tasks.")
-	fmt.Println("simulated here: the VM itself (sim runtime; the libvirt/lab runtimes arrive with the slice-VM work).")
+	if useLab {
+		fmt.Println("real here: the VM (libvirt + QEMU emulation, UEFI boot from a loop-device \"NVMe\", DHCP from hostd), the SSH session, the verified wipe.")
+		fmt.Println("not here: GPU/VF passthrough (no such hardware): those phases said \"skipped: lab host\".")
+	} else {
+		fmt.Println("simulated here: the VM itself (sim runtime). With root and libvirt running, `make demo` boots a real VM instead.")
+	}
 	return nil
 }
 

@@ -107,7 +107,12 @@ func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
 	file := ts.MkAbs(args[0] + ".img")
 	sh(ts, "truncate", "-s", args[1], file)
 	dev := sh(ts, "losetup", "-f", "--show", file)
-	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "losetup", "-d", dev) })
+	ts.Defer(func() {
+		// A script that failed half-way may leave its VM on this disk: stop it first, or the
+		// loop device stays busy and leaks.
+		destroyDomainsUsing(dev)
+		_, _ = hostfs.Exec{}.Run(context.Background(), "losetup", "-d", dev)
+	})
 	link := "/dev/disk/by-id/" + args[0]
 	ts.Check(os.MkdirAll(filepath.Dir(link), 0o755))
 	_ = os.Remove(link)
@@ -209,4 +214,24 @@ func labMount(ts *testscript.TestScript, neg bool, args []string) {
 	sh(ts, "mkfs.ext4", "-q", "-F", args[0])
 	sh(ts, "mount", args[0], dir)
 	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "umount", dir) })
+}
+
+// destroyDomainsUsing destroys and undefines gpuaas domains whose definition names dev.
+func destroyDomainsUsing(dev string) {
+	ctx := context.Background()
+	out, err := hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "list", "--all", "--name")
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(name, "gpuaas-") {
+			continue
+		}
+		x, err := hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "dumpxml", name)
+		if err != nil || !strings.Contains(string(x), "'"+dev+"'") && !strings.Contains(string(x), `"`+dev+`"`) {
+			continue
+		}
+		_, _ = hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "destroy", name)
+		_, _ = hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "undefine", "--nvram", name)
+	}
 }
