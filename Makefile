@@ -41,7 +41,7 @@ test: deps
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent)(/|$$)')
 
 demo: deps build
-	$(GO) run ./internal/demo --bin bin
+	$(GO) run ./internal/demo --bin bin $(ARGS)
 
 # lab boots a real slice VM on libvirtd + QEMU (root; see docs/slice-runtime.md) and prints
 # its phase timings.
