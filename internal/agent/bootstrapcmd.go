@@ -44,5 +44,7 @@ reboot it may ask for (it says reboot_required and leaves a marker hostd reports
 	cmd.Flags().StringVar(&o.Bridge, "bridge", "ovsbr0", "slice bridge")
 	cmd.Flags().StringVar(&o.BridgeCIDR, "bridge-address", "10.100.0.1/24", "the host's address on the slice bridge")
 	cmd.Flags().IntVar(&o.HugepagesGiB, "hugepages-gib", 0, "1 GiB hugepages to reserve at boot (0: none)")
+	cmd.Flags().StringVar(&o.OVSDatapath, "ovs-datapath", "", "netdev for a userspace OVS bridge (no kernel module); default: the kernel datapath")
+	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "only these steps, e.g. slice_bridge,vfio_modules")
 	return cmd
 }

@@ -27,6 +27,12 @@ type Options struct {
 	Bridge       string // ovsbr0
 	BridgeCIDR   string // 10.100.0.1/24
 	HugepagesGiB int    // 1 GiB hugepages to reserve at boot (0: none)
+	// OVSDatapath "netdev" makes a userspace bridge (hosts without the OVS kernel module).
+	OVSDatapath string
+	// OVSDB names a private ovsdb socket (unix:/path) for ovs-vsctl; "" = the system one.
+	OVSDB string
+	// Only restricts the run to these steps (e.g. slice_bridge); empty = all.
+	Only []string
 }
 
 // Packages a slice host needs (Debian/Ubuntu names).
@@ -103,7 +109,26 @@ func (b Bootstrapper) Plan(ctx context.Context, o Options) (Report, error) {
 		r.Ready = true
 		return r, nil
 	}
-	r.Steps = append(r.Steps, b.packages(ctx), b.kernelArgs(o), b.vfioModules(), b.bridge(o), b.nvidia(ctx), b.libvirtDir(), b.staleDnsmasq())
+	if o.OVSDatapath != "" && o.OVSDatapath != "netdev" && o.OVSDatapath != "system" {
+		return Report{}, fmt.Errorf("bootstrap: OVS datapath must be system or netdev")
+	}
+	if o.OVSDB != "" && !regexp.MustCompile(`^unix:/[A-Za-z0-9/._-]+$`).MatchString(o.OVSDB) {
+		return Report{}, fmt.Errorf("bootstrap: OVS database %q must be unix:/path", o.OVSDB)
+	}
+	only := map[string]bool{}
+	for _, n := range o.Only {
+		only[n] = true
+	}
+	for _, s := range []func() Step{func() Step { return b.packages(ctx) }, func() Step { return b.kernelArgs(o) }, b.vfioModules,
+		func() Step { return b.bridge(o) }, func() Step { return b.nvidia(ctx) }, b.libvirtDir, b.staleDnsmasq} {
+		st := s()
+		if len(only) == 0 || only[st.Name] {
+			r.Steps = append(r.Steps, st)
+		}
+	}
+	if len(only) > 0 && len(r.Steps) != len(only) {
+		return Report{}, fmt.Errorf("bootstrap: unknown step in %v (steps: packages kernel_args vfio_modules slice_bridge nvidia_services libvirt_dir stale_dnsmasq)", o.Only)
+	}
 	if b.FS.Exists(rebootMarker) && !b.cmdlineHas("iommu=pt") {
 		r.RebootRequired = true // applied earlier, not rebooted yet
 	}
@@ -239,8 +264,16 @@ func (b Bootstrapper) bridge(o Options) Step {
 	}
 	s.Needed, s.Detail = true, "create the OVS bridge "+o.Bridge+" "+o.BridgeCIDR+" with NAT for "+subnet
 	s.Files = []File{{Path: sysctlFile, Content: "# gpuaas: slice VMs reach the outside through NAT on the host\nnet.ipv4.ip_forward = 1\n", Mode: 0o644}}
+	vsctl := []string{"ovs-vsctl"}
+	if o.OVSDB != "" {
+		vsctl = append(vsctl, "--db="+o.OVSDB)
+	}
+	addBr := append(append([]string{}, vsctl...), "--may-exist", "add-br", o.Bridge)
+	if o.OVSDatapath != "" {
+		addBr = append(addBr, "--", "set", "bridge", o.Bridge, "datapath_type="+o.OVSDatapath)
+	}
 	s.Commands = [][]string{
-		{"ovs-vsctl", "--may-exist", "add-br", o.Bridge},
+		addBr,
 		{"ip", "addr", "replace", o.BridgeCIDR, "dev", o.Bridge},
 		{"ip", "link", "set", o.Bridge, "up"},
 		{"sysctl", "-p", sysctlFile},
