@@ -10,7 +10,7 @@ RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./inte
 TEST_FLAGS ?= -count=1 -timeout 20m
 
 PREFIX ?= /usr/local
-.PHONY: install release all build test test-race test-rest demo lab bench lint completions deps clean
+.PHONY: install release bench-quick all build test test-race test-rest demo lab bench lint completions deps clean
 
 all: build
 
@@ -50,6 +50,11 @@ lab: deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...
+	$(GO) run ./internal/bench/report --out bench
+
+# bench-quick is the day-to-day subset (< 3 minutes): the placement simulation on 100 nodes.
+bench-quick:
+	$(GO) run ./internal/bench/report --quick --out bench
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
