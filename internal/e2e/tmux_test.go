@@ -53,11 +53,18 @@ func tmuxKeys(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// tmuxWait waits until the session's screen contains TEXT (within 20 s) and logs the screen;
-// TEXT "re:EXPR" is a regular expression (multi-line). Usage: tmuxwait NAME TEXT
+// tmuxWait waits until the session's screen contains TEXT (within 30 s, or TIMEOUT) and logs
+// the screen; TEXT "re:EXPR" is a regular expression (multi-line).
+// Usage: tmuxwait NAME TEXT [TIMEOUT]
 func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: tmuxwait NAME TEXT")
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: tmuxwait NAME TEXT [TIMEOUT]")
+	}
+	timeout := 30 * time.Second
+	if len(args) == 3 {
+		d, err := time.ParseDuration(args[2])
+		ts.Check(err)
+		timeout = d
 	}
 	match := func(s string) bool { return strings.Contains(s, args[1]) }
 	if expr, ok := strings.CutPrefix(args[1], "re:"); ok {
@@ -65,7 +72,7 @@ func tmuxWait(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		match = re.MatchString
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(timeout)
 	screen := ""
 	for time.Now().Before(deadline) {
 		out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", "-L", tmuxSocket(ts), "capture-pane", "-p", "-t", args[0])
