@@ -1,0 +1,240 @@
+// Command report is `make bench-placement`: it runs the placement-quality churn simulation
+// (internal/bench/placement) and writes bench/placement.md, bench/placement.json and PNG plots
+// of each measure against offered load, stating the machine and the date.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
+
+	"github.com/gpuaas/gpuaas/internal/bench/placement"
+)
+
+func main() {
+	out := flag.String("out", "bench", "output directory")
+	nodes := flag.Int("nodes", 1000, "nodes of 8 GPUs (2 NUMA groups of 4)")
+	events := flag.Int("events", 20000, "requests per offered load")
+	quick := flag.Bool("quick", false, "a smaller run (100 nodes, 4000 requests)")
+	seed := flag.Int64("seed", 1, "random seed (the same request sequence for every policy)")
+	flag.Parse()
+	if *quick {
+		*nodes, *events = 100, 4000
+	}
+	if err := run(*out, *nodes, *events, *seed); err != nil {
+		fmt.Fprintln(os.Stderr, "bench report:", err)
+		os.Exit(1)
+	}
+}
+
+var loads = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3}
+
+func run(out string, nodes, events int, seed int64) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	res := placement.Sweep(nodes, events, loads, seed)
+	fill := map[string]float64{}
+	for _, p := range placement.Placers() {
+		fill[p.Name()] = placement.FillRatio(p, nodes, seed)
+	}
+	scale := []map[string]any{}
+	for _, n := range []int{1000, 5000, 20000} {
+		if nodes < 1000 && n > 5000 {
+			break // --quick: skip the 20k-node fleet
+		}
+		d := placement.DecisionCost(n, 20)
+		scale = append(scale, map[string]any{"nodes": n, "microseconds_per_decision": d.Microseconds()})
+	}
+	took := time.Since(start)
+	js, _ := json.MarshalIndent(map[string]any{"nodes": nodes, "events_per_load": events, "seed": seed, "results": res, "fill_ratio_at_first_rejection": fill, "scheduler_cost": scale}, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "placement.json"), js, 0o644); err != nil {
+		return err
+	}
+	plots := []struct {
+		file, title string
+		get         func(placement.Result) float64
+	}{
+		{"placement-fragmentation.png", "fragmentation (FGD: share of free GPUs unusable for the next request)", func(r placement.Result) float64 { return r.Fragmentation }},
+		{"placement-served-4gpu.png", "share of 4-GPU requests served", func(r placement.Result) float64 { return r.Served4 }},
+		{"placement-served-8gpu.png", "share of 8-GPU requests served", func(r placement.Result) float64 { return r.Served8 }},
+		{"placement-numa-local.png", "NUMA-local share of 2- and 4-GPU placements", func(r placement.Result) float64 { return r.NUMALocal }},
+	}
+	for _, p := range plots {
+		if err := plot(filepath.Join(out, p.file), p.title, res, p.get); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Placement quality (churn simulation)\n\n%s on %s: %d CPUs, %s memory, %s. %d nodes x 8 GPUs (2 NUMA groups of 4), %d requests per offered load, seed %d; took %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04Z"), hostname(), runtime.NumCPU(), memTotal(), runtime.Version(), nodes, events, seed, took.Round(time.Second))
+	b.WriteString("Request mix by count: 1 GPU 40%, 2 GPUs 30%, 4 GPUs 20% (one NUMA group), 8 GPUs 10% (a whole node); exponential arrivals and lifetimes sized so demand = offered load x capacity. Every policy sees the same request sequence; measures come from the second half of each run (steady state).\n\n")
+	b.WriteString("- **served 4/8**: share of 4- and 8-GPU requests placed (the ones fragmentation hurts).\n- **fragmentation**: the FGD measure, free GPUs that cannot host the next request, weighted by the mix (lower is better).\n- **NUMA-local**: share of 2- and 4-GPU placements inside one NUMA group.\n- **util**: share of GPUs in use.\n\n")
+	b.WriteString("| load | policy | served 4 | served 8 | served all | fragmentation | NUMA-local | util |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range res {
+		fmt.Fprintf(&b, "| %.1f | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", r.OfferedLoad, r.Policy, r.Served4, r.Served8, r.ServedAll, r.Fragmentation, r.NUMALocal, r.Utilization)
+	}
+	b.WriteString("\n**Allocation ratio at the first rejection** (an empty fleet filled with the same mix, no departures): ")
+	for _, p := range placement.Placers() {
+		fmt.Fprintf(&b, "%s %.3f; ", p.Name(), fill[p.Name()])
+	}
+	b.WriteString("\n\n**Targets (issue 9)**: at the same load, fragmentation at least 25% below first-fit and 10% below best-fit; NUMA-local 100% whenever feasible.\n\n")
+	for _, l := range []float64{0.9, 1.1} {
+		ours, ff, bf := find(res, "gpuaas", l), find(res, "first-fit", l), find(res, "best-fit", l)
+		fmt.Fprintf(&b, "- load %.1f: fragmentation gpuaas %.3f vs first-fit %.3f (%s) and best-fit %.3f (%s).\n", l, ours.Fragmentation, ff.Fragmentation, rel(ours.Fragmentation, ff.Fragmentation), bf.Fragmentation, rel(ours.Fragmentation, bf.Fragmentation))
+	}
+	b.WriteString("\n**Scale sanity** (item 6): scheduler CPU per 2-GPU decision, fleet half full, the candidate list built in Go as the store would return it: ")
+	for _, s := range scale {
+		fmt.Fprintf(&b, "%d nodes %d µs; ", s["nodes"], s["microseconds_per_decision"])
+	}
+	b.WriteString("(it should grow about linearly: nodes are ranked, slot combinations are never enumerated).\n")
+	b.WriteString("\nPlots: ")
+	for _, p := range plots {
+		fmt.Fprintf(&b, "[%s](%s) ", p.file, p.file)
+	}
+	b.WriteString("\n")
+	if err := os.WriteFile(filepath.Join(out, "placement.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("report:", filepath.Join(out, "placement.md"))
+	return nil
+}
+
+func rel(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%+.0f%%", (a-b)/b*100)
+}
+
+func find(rs []placement.Result, policy string, load float64) placement.Result {
+	for _, r := range rs {
+		if r.Policy == policy && r.OfferedLoad == load {
+			return r
+		}
+	}
+	return placement.Result{}
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	var kb int
+	fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &kb)
+	return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+}
+
+var colors = map[string]color.RGBA{"gpuaas": {200, 30, 30, 255}, "first-fit": {30, 90, 200, 255}, "best-fit": {30, 150, 60, 255}, "random": {120, 120, 120, 255}}
+
+// plot draws one measure against offered load, a line per policy (0..1 on the y axis).
+func plot(path, title string, rs []placement.Result, get func(placement.Result) float64) error {
+	const w, h, left, right, top, bottom = 720, 420, 60, 150, 40, 50
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	black := color.RGBA{0, 0, 0, 255}
+	grey := color.RGBA{220, 220, 220, 255}
+	x := func(l float64) int {
+		return left + int((l-loads[0])/(loads[len(loads)-1]-loads[0])*float64(w-left-right))
+	}
+	y := func(v float64) int { return h - bottom - int(v*float64(h-top-bottom)) }
+	for i := 0; i <= 4; i++ {
+		v := float64(i) / 4
+		line(img, left, y(v), w-right, y(v), grey)
+		text(img, 10, y(v)+4, fmt.Sprintf("%.2f", v), black)
+	}
+	for _, l := range loads {
+		line(img, x(l), h-bottom, x(l), h-bottom+5, black)
+		text(img, x(l)-8, h-bottom+18, fmt.Sprintf("%.1f", l), black)
+	}
+	line(img, left, h-bottom, w-right, h-bottom, black)
+	line(img, left, top, left, h-bottom, black)
+	text(img, left, 20, title, black)
+	text(img, (w-right)/2-30, h-10, "offered load", black)
+	row := 0
+	for _, p := range placement.Placers() {
+		c := colors[p.Name()]
+		px, py := -1, -1
+		for _, l := range loads {
+			r := find(rs, p.Name(), l)
+			cx, cy := x(l), y(get(r))
+			if px >= 0 {
+				line(img, px, py, cx, cy, c)
+				line(img, px, py+1, cx, cy+1, c)
+			}
+			px, py = cx, cy
+		}
+		draw.Draw(img, image.Rect(w-right+15, top+row*20, w-right+30, top+row*20+10), &image.Uniform{c}, image.Point{}, draw.Src)
+		text(img, w-right+36, top+row*20+10, p.Name(), black)
+		row++
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return png.Encode(f, img)
+}
+
+func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
+	dx, dy := abs(x1-x0), -abs(y1-y0)
+	sx, sy := sign(x1-x0), sign(y1-y0)
+	e := dx + dy
+	for {
+		img.Set(x0, y0, c)
+		if x0 == x1 && y0 == y1 {
+			return
+		}
+		e2 := 2 * e
+		if e2 >= dy {
+			e += dy
+			x0 += sx
+		}
+		if e2 <= dx {
+			e += dx
+			y0 += sy
+		}
+	}
+}
+
+func abs(a int) int {
+	if a < 0 {
+		return -a
+	}
+	return a
+}
+
+func sign(a int) int {
+	switch {
+	case a < 0:
+		return -1
+	case a > 0:
+		return 1
+	}
+	return 0
+}
+
+func text(img *image.RGBA, x, y int, s string, c color.Color) {
+	d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+	d.DrawString(s)
+}
