@@ -22,26 +22,19 @@ import (
 
 // TerminalConfig tunes the SSH relay.
 type TerminalConfig struct {
-	TicketTTL      time.Duration // how long both ends have to attach (default 60 s)
-	Idle           time.Duration // idle timeout of a running session (default 30 m)
-	MaxPerTenant   int           // concurrent sessions per tenant (default 8)
-	RecordDir      string        // asciicast recordings of terminal-mode output ("" = off)
-	UpgradeHeader  string
-	defaultsFilled bool
+	TicketTTL    time.Duration // how long both ends have to attach (default 60 s)
+	Idle         time.Duration // idle timeout of a running session (default 30 m)
+	MaxPerTenant int           // concurrent sessions per tenant (default 8)
+	RecordDir    string        // asciicast recordings of terminal-mode output ("" = off)
 }
 
 func (c *TerminalConfig) defaults() {
-	if c.defaultsFilled {
-		return
-	}
 	if c.TicketTTL <= 0 {
 		c.TicketTTL = 60 * time.Second
 	}
 	if c.MaxPerTenant <= 0 {
 		c.MaxPerTenant = 8
 	}
-	c.UpgradeHeader = "gpuaas-terminal/1"
-	c.defaultsFilled = true
 }
 
 func newToken() (string, error) {
@@ -117,7 +110,6 @@ func (s *Server) openTerminal(w http.ResponseWriter, r *http.Request, p Principa
 	if err != nil {
 		return err
 	}
-	s.termCfg.defaults()
 	expires := time.Now().Add(s.termCfg.TicketTTL).UTC()
 	var sessionID string
 	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
@@ -159,16 +151,15 @@ func (s *Server) openTerminal(w http.ResponseWriter, r *http.Request, p Principa
 // upgrade answers 101 Switching Protocols and returns the raw connection. The request must
 // ask for the relay's protocol over HTTP/1.1.
 func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) (net.Conn, *bufio.ReadWriter, error) {
-	s.termCfg.defaults()
-	if r.Header.Get("Upgrade") != s.termCfg.UpgradeHeader {
-		return nil, nil, errInvalid("this endpoint upgrades the connection: send Connection: Upgrade and Upgrade: %s over HTTP/1.1", s.termCfg.UpgradeHeader)
+	if r.Header.Get("Upgrade") != terminal.UpgradeProtocol {
+		return nil, nil, errInvalid("this endpoint upgrades the connection: send Connection: Upgrade and Upgrade: %s over HTTP/1.1", terminal.UpgradeProtocol)
 	}
 	conn, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return nil, nil, apiErr(apiv1.CodeInvalidRequest, "cannot take over this connection (HTTP/2?): use HTTP/1.1", nil)
 	}
 	_ = conn.SetDeadline(time.Time{}) // the server's read timeout must not cut a session
-	_, err = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + s.termCfg.UpgradeHeader + "\r\n\r\n")
+	_, err = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + terminal.UpgradeProtocol + "\r\n\r\n")
 	if err == nil {
 		err = rw.Flush()
 	}
@@ -179,14 +170,6 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) (net.Conn, *buf
 	return conn, rw, nil
 }
 
-// bufferedConn reads first what the server had already buffered.
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
 // attachClient is gpuaasctl's end: the user's bearer token (the one that opened the session)
 // plus the single-use session token.
 func (s *Server) attachClient(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -194,7 +177,7 @@ func (s *Server) attachClient(w http.ResponseWriter, r *http.Request, p Principa
 		return apiErr(apiv1.CodeUnavailable, "the terminal relay is not configured", nil)
 	}
 	id := r.PathValue("session")
-	rec, err := s.store.UseClientToken(r.Context(), id, pki.HashToken(r.Header.Get("X-Gpuaas-Session-Token")), p.TokenID)
+	rec, err := s.store.UseClientToken(r.Context(), id, pki.HashToken(r.Header.Get(terminal.TokenHeader)), p.TokenID)
 	if errors.Is(err, store.ErrNotFound) {
 		return errUnauthorized("the session token is invalid, expired or already used")
 	}
@@ -209,7 +192,7 @@ func (s *Server) attachClient(w http.ResponseWriter, r *http.Request, p Principa
 		return err
 	}
 	s.log.Info("terminal client attached", "session", id, "allocation", rec.AllocationID, "actor", rec.Actor)
-	_ = s.term.AttachClient(id, bufferedConn{conn, rw.Reader})
+	_ = s.term.AttachClient(id, terminal.BufferedConn{Conn: conn, R: rw.Reader})
 	return nil
 }
 
@@ -219,7 +202,7 @@ func (s *Server) attachHost(w http.ResponseWriter, r *http.Request, p Principal)
 		return apiErr(apiv1.CodeUnavailable, "the terminal relay is not configured", nil)
 	}
 	id := r.PathValue("session")
-	if _, err := s.store.UseHostToken(r.Context(), id, pki.HashToken(r.Header.Get("X-Gpuaas-Session-Token")), p.NodeID); err != nil {
+	if _, err := s.store.UseHostToken(r.Context(), id, pki.HashToken(r.Header.Get(terminal.TokenHeader)), p.NodeID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errUnauthorized("the host token is invalid, expired, used, or not this node's")
 		}
@@ -230,7 +213,7 @@ func (s *Server) attachHost(w http.ResponseWriter, r *http.Request, p Principal)
 		return err
 	}
 	_ = s.store.MarkSessionOpen(r.Context(), id, time.Now().UTC())
-	if err := s.term.AttachHost(id, bufferedConn{conn, rw.Reader}); err != nil {
+	if err := s.term.AttachHost(id, terminal.BufferedConn{Conn: conn, R: rw.Reader}); err != nil {
 		conn.Close()
 	}
 	return nil

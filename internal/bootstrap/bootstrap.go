@@ -82,7 +82,11 @@ const (
 	grubFile     = "/etc/default/grub"
 )
 
-var cidrRE = regexp.MustCompile(`^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$`)
+var (
+	cidrRE   = regexp.MustCompile(`^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$`)
+	bridgeRE = regexp.MustCompile(`^[a-z0-9-]{1,15}$`)
+	ovsdbRE  = regexp.MustCompile(`^unix:/[A-Za-z0-9/._-]+$`)
+)
 
 // Plan checks every step and says what applying would do. It changes nothing.
 func (b Bootstrapper) Plan(ctx context.Context, o Options) (Report, error) {
@@ -98,7 +102,7 @@ func (b Bootstrapper) Plan(ctx context.Context, o Options) (Report, error) {
 	switch {
 	case o.Profile != "slice-vm" && o.Profile != "baremetal":
 		return Report{}, fmt.Errorf("bootstrap: profile must be slice-vm or baremetal")
-	case !cidrRE.MatchString(o.BridgeCIDR) || !regexp.MustCompile(`^[a-z0-9-]{1,15}$`).MatchString(o.Bridge):
+	case !cidrRE.MatchString(o.BridgeCIDR) || !bridgeRE.MatchString(o.Bridge):
 		return Report{}, fmt.Errorf("bootstrap: bridge %q / %q", o.Bridge, o.BridgeCIDR)
 	case o.HugepagesGiB < 0 || o.HugepagesGiB > 4096:
 		return Report{}, fmt.Errorf("bootstrap: hugepages must be 0..4096 GiB")
@@ -112,7 +116,7 @@ func (b Bootstrapper) Plan(ctx context.Context, o Options) (Report, error) {
 	if o.OVSDatapath != "" && o.OVSDatapath != "netdev" && o.OVSDatapath != "system" {
 		return Report{}, fmt.Errorf("bootstrap: OVS datapath must be system or netdev")
 	}
-	if o.OVSDB != "" && !regexp.MustCompile(`^unix:/[A-Za-z0-9/._-]+$`).MatchString(o.OVSDB) {
+	if o.OVSDB != "" && !ovsdbRE.MatchString(o.OVSDB) {
 		return Report{}, fmt.Errorf("bootstrap: OVS database %q must be unix:/path", o.OVSDB)
 	}
 	only := map[string]bool{}

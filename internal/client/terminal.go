@@ -1,19 +1,16 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strings"
-	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/terminal"
 )
 
 // OpenTerminal asks for a session into an allocation's VM and returns its single-use ticket.
@@ -62,14 +59,6 @@ func (c *Client) Recording(ctx context.Context, id string) ([]byte, error) {
 	return b, nil
 }
 
-// upgradedConn reads first what the response reader buffered.
-type upgradedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (u upgradedConn) Read(p []byte) (int, error) { return u.r.Read(p) }
-
 // Attach connects to a ticket's session: HTTPS (HTTP/1.1) with the caller's token and the
 // ticket's single-use token, upgraded to a raw byte stream.
 func (c *Client) Attach(ctx context.Context, t *apiv1.TerminalTicket) (net.Conn, error) {
@@ -77,47 +66,21 @@ func (c *Client) Attach(ctx context.Context, t *apiv1.TerminalTicket) (net.Conn,
 	if !ok || tr.TLSClientConfig == nil {
 		return nil, errors.New("client: terminal attach needs the default HTTPS transport")
 	}
-	cfg := tr.TLSClientConfig.Clone()
-	cfg.NextProtos = []string{"http/1.1"}
-	if cfg.ServerName == "" {
-		cfg.ServerName = c.base.Hostname()
-	}
-	host := c.base.Host
-	if c.base.Port() == "" {
-		host = net.JoinHostPort(c.base.Hostname(), "443")
-	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}, Config: cfg}
-	conn, err := d.DialContext(ctx, "tcp", host)
-	if err != nil {
-		return nil, &NetworkError{URL: c.Server(), Err: err}
-	}
-	req, _ := http.NewRequest(http.MethodGet, c.base.String()+t.AttachPath, nil)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("User-Agent", c.ua)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "gpuaas-terminal/1")
-	req.Header.Set("X-Gpuaas-Session-Token", t.Token)
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := req.Write(conn); err != nil {
-		conn.Close()
-		return nil, &NetworkError{URL: c.Server(), Err: err}
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, req)
-	if err != nil {
-		conn.Close()
-		return nil, &NetworkError{URL: c.Server(), Err: err}
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		conn.Close()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+c.token)
+	h.Set("User-Agent", c.ua)
+	h.Set(terminal.TokenHeader, t.Token)
+	conn, err := terminal.Dial(ctx, tr.TLSClientConfig, c.base.String(), t.AttachPath, h)
+	var refused *terminal.RefusedError
+	switch {
+	case errors.As(err, &refused):
 		var e apiv1.Error
-		if json.Unmarshal(b, &e) == nil && e.Code != "" {
+		if json.Unmarshal(refused.Body, &e) == nil && e.Code != "" {
 			return nil, &e
 		}
-		return nil, fmt.Errorf("attach: %s %s", resp.Status, strings.TrimSpace(string(b)))
+		return nil, err
+	case err != nil:
+		return nil, &NetworkError{URL: c.Server(), Err: err}
 	}
-	_ = conn.SetDeadline(time.Time{})
-	return upgradedConn{conn, br}, nil
+	return conn, nil
 }

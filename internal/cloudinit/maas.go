@@ -43,6 +43,7 @@ var (
 	hexRE   = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	tagRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 	safeRE  = regexp.MustCompile(`^[A-Za-z0-9._=: -]*$`)
+	fwVerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
 func (h HostSeed) validate() error {
@@ -53,7 +54,7 @@ func (h HostSeed) validate() error {
 		return fmt.Errorf("cloudinit: %q is not a bootstrap token", h.BootstrapToken)
 	case !hexRE.MatchString(h.HostdSHA256):
 		return fmt.Errorf("cloudinit: the gpuaas-hostd sha256 must be 64 lowercase hex digits")
-	case !versionSafe(h.FirmwareVersion) || !safeRE.MatchString(h.FirmwareAttrs) || h.FirmwareAttrs == "":
+	case !fwVerRE.MatchString(h.FirmwareVersion) || !safeRE.MatchString(h.FirmwareAttrs) || h.FirmwareAttrs == "":
 		return fmt.Errorf("cloudinit: firmware version %q / attributes %q are not safe values", h.FirmwareVersion, h.FirmwareAttrs)
 	case h.MaxRebootAttempts < 0 || h.MaxRebootAttempts > 5:
 		return fmt.Errorf("cloudinit: max reboot attempts must be 0..5")
@@ -73,10 +74,6 @@ func (h HostSeed) validate() error {
 		}
 	}
 	return nil
-}
-
-func versionSafe(v string) bool {
-	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`).MatchString(v)
 }
 
 func b01(b bool) string {

@@ -16,28 +16,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/labguest"
 )
 
-// labMissing says what the real-VM path lacks on this machine ("" = it can run).
-func labMissing() string {
-	var miss []string
-	if os.Geteuid() != 0 {
-		miss = append(miss, "root")
-	}
-	for _, t := range []string{"qemu-system-x86_64", "qemu-img", "losetup", "ip", "blkdiscard", "objcopy", "sfdisk", "mkfs.vfat", "mcopy", "apt-get"} {
-		if _, err := exec.LookPath(t); err != nil {
-			miss = append(miss, t)
-		}
-	}
-	if _, err := os.Stat("/usr/share/OVMF/OVMF_CODE_4M.fd"); err != nil {
-		miss = append(miss, "ovmf")
-	}
-	if c, err := net.DialTimeout("unix", "/run/libvirt/libvirt-sock", time.Second); err != nil {
-		miss = append(miss, "a running libvirtd")
-	} else {
-		c.Close()
-	}
-	return strings.Join(miss, ", ")
-}
-
 // lab is the real-VM path's host side: a Linux bridge, two loop devices named like slot NVMe,
 // and the project's test guest served over HTTP. close undoes all of it.
 type lab struct {
@@ -86,15 +64,7 @@ func setupLab(dir string) (*lab, error) {
 			return nil, err
 		}
 		l.undo = append(l.undo, func() {
-			// A demo that failed half-way may leave its VM on this disk: stop it first.
-			if names, err := sh("virsh", "-c", "qemu:///system", "list", "--all", "--name"); err == nil {
-				for _, n := range strings.Fields(names) {
-					if x, err := sh("virsh", "-c", "qemu:///system", "dumpxml", n); err == nil && strings.HasPrefix(n, "gpuaas-") && strings.Contains(x, dev) {
-						_, _ = sh("virsh", "-c", "qemu:///system", "destroy", n)
-						_, _ = sh("virsh", "-c", "qemu:///system", "undefine", "--nvram", n)
-					}
-				}
-			}
+			labguest.DestroyDomainsUsing(dev) // a demo that failed half-way may leave its VM on this disk
 			_, _ = sh("losetup", "-d", dev)
 		})
 		link := fmt.Sprintf("/dev/disk/by-id/gpuaas-demo-nvme%d", i)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/labguest"
 	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
 
@@ -54,7 +55,7 @@ func run() error {
 	forceSim := flag.Bool("sim", false, "use the sim runtime even where a real VM could boot")
 	flag.Parse()
 	useLab := false
-	if missing := labMissing(); *forceSim || missing != "" {
+	if missing := strings.Join(labguest.Missing(), ", "); *forceSim || missing != "" {
 		why := "--sim given"
 		if !*forceSim {
 			why = "this machine lacks " + missing + " (as root: apt-get install libvirt-daemon-system qemu-system-x86 qemu-utils ovmf dosfstools mtools; virtlogd -d; libvirtd -d)"

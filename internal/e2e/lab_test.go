@@ -23,52 +23,17 @@ import (
 // The lab: real libvirtd + QEMU (software emulation), loop devices standing in for NVMe, a
 // Linux bridge for the slice network, and the project's test guest. See LAB.md.
 
-// labMissing lists what the lab scripts need and this machine lacks ("" when complete).
-func labMissing() string {
-	var miss []string
-	if os.Geteuid() != 0 {
-		miss = append(miss, "root (bridges, loop devices, DHCP on port 67)")
-	}
-	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "virsh", "losetup", "ip", "blkdiscard", "wipefs", "objcopy", "sfdisk", "mkfs.vfat", "mcopy", "apt-get", "ssh", "mkfs.ext4"} {
-		if !onPath(tool) {
-			miss = append(miss, tool)
-		}
-	}
-	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"} {
-		if _, err := os.Stat(f); err != nil {
-			miss = append(miss, f)
-		}
-	}
-	if c, err := net.DialTimeout("unix", "/run/libvirt/libvirt-sock", time.Second); err != nil {
-		miss = append(miss, "a running libvirtd (virtlogd -d; libvirtd -d)")
-	} else {
-		c.Close()
-	}
-	if len(miss) == 0 {
-		return ""
-	}
-	return strings.Join(miss, ", ")
-}
-
-func onPath(tool string) bool {
-	for _, dir := range filepath.SplitList(os.Getenv("PATH") + ":/usr/sbin:/sbin") {
-		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && !fi.IsDir() {
-			return true
-		}
-	}
-	return false
-}
-
 // labCondition is the [lab] condition: true when the lab can run. Under CI a missing piece
 // is an error, not a skip (.ci/run installs and starts everything).
 func labCondition(cond string) (bool, error) {
 	if cond != "lab" {
 		return false, fmt.Errorf("unknown condition %q", cond)
 	}
-	miss := labMissing()
-	if miss == "" {
+	missing := labguest.Missing("virsh", "wipefs", "mkfs.ext4", "ssh", "ssh-keygen", "cmp")
+	if len(missing) == 0 {
 		return true, nil
 	}
+	miss := strings.Join(missing, ", ")
 	if os.Getenv("CI") != "" {
 		return false, fmt.Errorf("CI must run the lab VM tests, but this machine lacks: %s (.ci/run installs them)", miss)
 	}
@@ -110,7 +75,7 @@ func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Defer(func() {
 		// A script that failed half-way may leave its VM on this disk: stop it first, or the
 		// loop device stays busy and leaks.
-		destroyDomainsUsing(dev)
+		labguest.DestroyDomainsUsing(dev)
 		_, _ = hostfs.Exec{}.Run(context.Background(), "losetup", "-d", dev)
 	})
 	link := "/dev/disk/by-id/" + args[0]
@@ -214,24 +179,4 @@ func labMount(ts *testscript.TestScript, neg bool, args []string) {
 	sh(ts, "mkfs.ext4", "-q", "-F", args[0])
 	sh(ts, "mount", args[0], dir)
 	ts.Defer(func() { _, _ = hostfs.Exec{}.Run(context.Background(), "umount", dir) })
-}
-
-// destroyDomainsUsing destroys and undefines gpuaas domains whose definition names dev.
-func destroyDomainsUsing(dev string) {
-	ctx := context.Background()
-	out, err := hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "list", "--all", "--name")
-	if err != nil {
-		return
-	}
-	for _, name := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(name, "gpuaas-") {
-			continue
-		}
-		x, err := hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "dumpxml", name)
-		if err != nil || !strings.Contains(string(x), "'"+dev+"'") && !strings.Contains(string(x), `"`+dev+`"`) {
-			continue
-		}
-		_, _ = hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "destroy", name)
-		_, _ = hostfs.Exec{}.Run(ctx, "virsh", "-c", "qemu:///system", "undefine", "--nvram", name)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -37,7 +38,7 @@ func tmuxStart(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func tmuxSocket(ts *testscript.TestScript) string {
-	return fmt.Sprintf("gpuaas-e2e-%d-%x", os.Getpid(), len(ts.Getenv("WORK"))+strings.Count(ts.Getenv("WORK"), "-"))
+	return fmt.Sprintf("gpuaas-e2e-%d-%s", os.Getpid(), filepath.Base(ts.Getenv("WORK"))) // one tmux server per script
 }
 
 // tmuxKeys types keys into a session (tmux key names: Space, Down, Enter, y, ...).

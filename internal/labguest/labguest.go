@@ -12,9 +12,11 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 )
@@ -80,4 +82,63 @@ func load(dir string) (Image, error) {
 		return Image{}, err
 	}
 	return img, nil
+}
+
+// Missing lists what booting a lab VM needs and this machine lacks: root, libvirtd answering
+// on its socket, QEMU and OVMF, the tools that build the guest, and any extra tools the
+// caller uses. Empty: the lab can run.
+func Missing(extra ...string) []string {
+	var miss []string
+	if os.Geteuid() != 0 {
+		miss = append(miss, "root (bridges, loop devices, DHCP on port 67)")
+	}
+	tools := append([]string{"qemu-system-x86_64", "qemu-img", "losetup", "ip", "blkdiscard", "objcopy", "objdump", "sfdisk", "mkfs.vfat", "mcopy", "apt-get"}, extra...)
+	for _, t := range tools {
+		if !onPath(t) {
+			miss = append(miss, t)
+		}
+	}
+	for _, f := range []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"} {
+		if _, err := os.Stat(f); err != nil {
+			miss = append(miss, f)
+		}
+	}
+	if c, err := net.DialTimeout("unix", "/run/libvirt/libvirt-sock", time.Second); err != nil {
+		miss = append(miss, "a running libvirtd (virtlogd -d; libvirtd -d)")
+	} else {
+		c.Close()
+	}
+	return miss
+}
+
+func onPath(tool string) bool {
+	for _, dir := range filepath.SplitList(os.Getenv("PATH") + ":/usr/sbin:/sbin") {
+		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// DestroyDomainsUsing stops and undefines the gpuaas domains whose definition names dev: a
+// lab run that failed half-way may leave its VM on a loop device, which then stays busy.
+func DestroyDomainsUsing(dev string) {
+	ctx := context.Background()
+	virsh := func(args ...string) ([]byte, error) {
+		return hostfs.Exec{}.Run(ctx, "virsh", append([]string{"-c", "qemu:///system"}, args...)...)
+	}
+	out, err := virsh("list", "--all", "--name")
+	if err != nil {
+		return
+	}
+	for _, name := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(name, "gpuaas-") {
+			continue
+		}
+		if x, err := virsh("dumpxml", name); err != nil || !strings.Contains(string(x), "'"+dev+"'") && !strings.Contains(string(x), `"`+dev+`"`) {
+			continue
+		}
+		_, _ = virsh("destroy", name)
+		_, _ = virsh("undefine", "--nvram", name)
+	}
 }

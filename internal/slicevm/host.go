@@ -329,7 +329,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			}
 			var err error
 			alreadyRunning = h.running(out.VMName)
-			if disks, err = h.validateDisks(ctx, p.Bundles, alreadyRunning); err != nil {
+			if disks, err = h.validateDisks(p.Bundles); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("bridge %s; disks %s unmounted", h.cfg.Bridge, strings.Join(disks, ", ")), nil
@@ -496,9 +496,9 @@ func (h *Host) rebind(addr, current string) error {
 	return nil
 }
 
-// validateDisks resolves each slot disk, and refuses one that is mounted, not a block
-// device, or (unless the domain already runs on it) holds the OS.
-func (h *Host) validateDisks(ctx context.Context, bs []task.Bundle, running bool) ([]string, error) {
+// validateDisks resolves each slot disk and refuses one that is not a block device or is
+// mounted (the OS disk always is).
+func (h *Host) validateDisks(bs []task.Bundle) ([]string, error) {
 	w := disk.Wiper{FS: h.cfg.FS, Run: h.cfg.Run}
 	var out []string
 	for _, b := range bs {

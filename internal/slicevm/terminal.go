@@ -119,11 +119,8 @@ func (h *Host) console(ctx context.Context, p *task.TerminalOpen, stream io.Read
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
-	frame := func(typ byte, b []byte) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return terminal.WriteFrame(stream, typ, b)
-	}
+	out := terminal.FrameWriter{Mu: &mu, W: stream, Type: terminal.FrameData}
+	notice := terminal.FrameWriter{Mu: &mu, W: stream, Type: terminal.FrameStderr}
 	go func() {
 		told := false
 		for {
@@ -134,28 +131,16 @@ func (h *Host) console(ctx context.Context, p *task.TerminalOpen, stream io.Read
 			}
 			if typ == terminal.FrameData && !told {
 				told = true
-				_ = frame(terminal.FrameStderr, []byte("\r\n[gpuaas: the serial console is read-only through this relay]\r\n"))
+				_, _ = io.WriteString(notice, "\r\n[gpuaas: the serial console is read-only through this relay]\r\n")
 			}
 		}
 	}()
-	_ = frame(terminal.FrameStderr, []byte("[gpuaas: serial console of "+VMName(p.AllocationID)+"; output only, Ctrl-C or closing ends it]\r\n"))
-	err := hypervisor.Console(ctx, h.cfg.LibvirtSocket, VMName(p.AllocationID), frameWriterFunc(func(b []byte) error { return frame(terminal.FrameData, b) }))
-	msg := "console closed"
-	status := 0
+	_, _ = io.WriteString(notice, "[gpuaas: serial console of "+VMName(p.AllocationID)+"; output only, Ctrl-C or closing ends it]\r\n")
+	err := hypervisor.Console(ctx, h.cfg.LibvirtSocket, VMName(p.AllocationID), out)
+	msg, status := "console closed", 0
 	if err != nil {
 		msg, status = err.Error(), 1
 	}
-	_ = frame(terminal.FrameExit, terminal.Exit(status, msg))
+	_, _ = terminal.FrameWriter{Mu: &mu, W: stream, Type: terminal.FrameExit}.Write(terminal.Exit(status, msg))
 	return err
-}
-
-type frameWriterFunc func([]byte) error
-
-func (f frameWriterFunc) Write(p []byte) (int, error) {
-	for off := 0; off < len(p); off += terminal.MaxFrame {
-		if err := f(p[off:min(off+terminal.MaxFrame, len(p))]); err != nil {
-			return off, err
-		}
-	}
-	return len(p), nil
 }

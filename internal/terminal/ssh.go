@@ -8,20 +8,20 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// frameWriter writes each Write as one frame of a type; writes from several goroutines
-// (stdout, stderr, exit) are serialised.
-type frameWriter struct {
-	mu  *sync.Mutex
-	w   io.Writer
-	typ byte
+// FrameWriter writes each Write as frames of one type (split at MaxFrame); writers sharing
+// Mu (stdout, stderr, exit) never interleave within a frame.
+type FrameWriter struct {
+	Mu   *sync.Mutex
+	W    io.Writer
+	Type byte
 }
 
-func (f frameWriter) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f FrameWriter) Write(p []byte) (int, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for off := 0; off < len(p); off += MaxFrame {
 		end := min(off+MaxFrame, len(p))
-		if err := WriteFrame(f.w, f.typ, p[off:end]); err != nil {
+		if err := WriteFrame(f.W, f.Type, p[off:end]); err != nil {
 			return off, err
 		}
 	}
@@ -34,8 +34,8 @@ func (f frameWriter) Write(p []byte) (int, error) {
 // returns the exit status (255 when the guest gave none).
 func ServeSSH(stream io.ReadWriter, sess *ssh.Session, cols, rows int, command string) (int, error) {
 	var mu sync.Mutex
-	sess.Stdout = frameWriter{&mu, stream, FrameData}
-	sess.Stderr = frameWriter{&mu, stream, FrameStderr}
+	sess.Stdout = FrameWriter{&mu, stream, FrameData}
+	sess.Stderr = FrameWriter{&mu, stream, FrameStderr}
 	stdin, err := sess.StdinPipe()
 	if err != nil {
 		return 255, err
