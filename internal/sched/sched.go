@@ -4,8 +4,10 @@
 // controller locks the first choice it can and falls back down the list when it loses a race.
 //
 // Ranking, best first: one NUMA group over spanning groups; nodes already in slice mode over
-// clean nodes; already-fragmented groups over clean ones; best fit in the group, then on the
-// node; fewest groups; lowest first slot index; node name; node id.
+// clean nodes; the smallest fragmentation change (FGD: how much the node's expected unusable
+// free GPUs grow over a demand mix of request sizes); already-fragmented groups over clean
+// ones; best fit in the group, then on the node; fewest groups; lowest first slot index; node
+// name; node id.
 package sched
 
 import (
@@ -83,6 +85,24 @@ type Node struct {
 type Request struct {
 	GPUs   int
 	Policy Policy // "" -> DefaultPolicy(GPUs)
+	// Mix is the demand the fragmentation score protects: the request sizes expected next
+	// and their shares. nil -> DefaultMix().
+	Mix []MixEntry
+}
+
+// MixEntry is one request size of a demand mix.
+type MixEntry struct {
+	GPUs   int
+	Policy Policy // "" -> DefaultPolicy(GPUs)
+	Weight int    // relative share of requests of this size, by count: 1..maxMixWeight
+}
+
+const maxMixWeight = 1 << 20 // keeps weight x free slots far from overflow
+
+// DefaultMix is the demand assumed when a request names none: the H200 SKU's counts 1, 2, 4
+// and 8 GPUs at 40, 30, 20 and 10% of requests (issue 9), each under its default policy.
+func DefaultMix() []MixEntry {
+	return []MixEntry{{GPUs: 1, Weight: 40}, {GPUs: 2, Weight: 30}, {GPUs: 4, Weight: 20}, {GPUs: 8, Weight: 10}}
 }
 
 // Choice is one ranked placement.
@@ -97,7 +117,12 @@ type Choice struct {
 	GroupFragmented bool // a chosen group already had claimed/unavailable slots before this pick
 	GroupRemainder  int  // free slots left in the chosen group(s) after the pick
 	NodeRemainder   int  // free slots left on the node after the pick
-	Reason          string
+	// FragmentationDelta is how much the pick grows the node's expected unusable free GPUs:
+	// the sum over the demand mix of share x free slots on the node when that size could no
+	// longer be placed there, after minus before (FGD, Weng et al., ATC '23). Lower is better;
+	// negative when the pick uses up GPUs that some sizes could not use anyway.
+	FragmentationDelta float64
+	Reason             string
 }
 
 // Outcome is the ranked result, or a diagnosis when nothing fits.
@@ -187,6 +212,8 @@ type ranked struct {
 	groups int  // NUMA groups used; each unknown-NUMA slot counts as its own group
 	kind   kind // what the choice is, for its reason
 	gpus   int  // slots requested, for its reason
+	frag   int  // FragmentationDelta in mix weight x slots, exact for ranking
+	total  int  // the mix's total weight, to print frag as a share
 }
 
 type kind int
@@ -223,6 +250,12 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 		out.Message = fmt.Sprintf("unknown topology policy %q (want any, numa_preferred, numa_required or full_host)", policy)
 		return out
 	}
+	mix, total, msg := resolveMix(req.Mix)
+	if msg != "" {
+		out.Reason = ReasonInvalidRequest
+		out.Message = msg
+		return out
+	}
 	n := req.GPUs
 	// Capacity hint: a node yields one candidate per NUMA group that fits (at most free/n),
 	// or one span or full host.
@@ -253,23 +286,42 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 		if free < n {
 			continue
 		}
+		// The fragmentation change needs the largest group free after the pick: the largest
+		// other group, or what the pick leaves in its own.
+		top, second := -1, 0
+		for i, g := range groups {
+			if top < 0 || len(g.slots) > len(groups[top].slots) {
+				if top >= 0 {
+					second = len(groups[top].slots)
+				}
+				top = i
+			} else {
+				second = max(second, len(g.slots))
+			}
+		}
+		before := unusable(mix, free, len(groups[top].slots), nd.ApprovedSlots)
 		if policy == PolicyFullHost {
 			if free == n && nd.ApprovedSlots == n {
 				all := make([]Slot, 0, free)
 				for _, g := range groups {
 					all = append(all, g.slots...)
 				}
-				cands = append(cands, makeChoice(nd, all, groups, kindFullHost, n))
+				cands = append(cands, makeChoice(nd, all, groups, kindFullHost, n, -before, total))
 			}
 			continue
 		}
 		single := false
-		for _, g := range groups {
+		for i, g := range groups {
 			if len(g.slots) < n {
 				continue // unknown-NUMA singletons fit only n == 1
 			}
 			single = true
-			cands = append(cands, makeChoice(nd, g.slots[:n], []group{g}, kindSingle, n))
+			largest := len(groups[top].slots)
+			if i == top {
+				largest = max(len(g.slots)-n, second)
+			}
+			after := unusable(mix, free-n, largest, nd.ApprovedSlots)
+			cands = append(cands, makeChoice(nd, g.slots[:n], []group{g}, kindSingle, n, after-before, total))
 		}
 		if single || policy == PolicyNUMARequired {
 			continue
@@ -280,16 +332,19 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 		spanBuf = gs
 		sort.SliceStable(gs, func(i, j int) bool { return len(gs[i].slots) > len(gs[j].slots) })
 		pick := make([]Slot, 0, n)
-		used := 0
+		used, largest := 0, 0
 		for _, g := range gs {
 			if len(pick) == n {
+				largest = max(largest, len(g.slots)) // the first untouched group is the largest
 				break
 			}
 			take := min(n-len(pick), len(g.slots))
 			pick = append(pick, g.slots[:take]...)
+			largest = len(g.slots) - take // every earlier group is used up
 			used++
 		}
-		cands = append(cands, makeChoice(nd, pick, gs[:used], kindSpan, n))
+		after := unusable(mix, free-n, largest, nd.ApprovedSlots)
+		cands = append(cands, makeChoice(nd, pick, gs[:used], kindSpan, n, after-before, total))
 	}
 	if len(cands) > 0 {
 		order := make([]int, len(cands))
@@ -336,7 +391,69 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-func makeChoice(nd Node, pick []Slot, used []group, k kind, n int) ranked {
+// mixTerm is one resolved entry of the demand mix.
+type mixTerm struct {
+	gpus   int
+	policy Policy
+	weight int
+}
+
+// resolveMix checks a request's demand mix (nil: DefaultMix) and returns it with its total
+// weight, or a message saying what is wrong with it.
+func resolveMix(in []MixEntry) ([]mixTerm, int, string) {
+	if in == nil {
+		in = DefaultMix()
+	}
+	if len(in) == 0 {
+		return nil, 0, "demand mix is empty (leave it unset for the default)"
+	}
+	out := make([]mixTerm, len(in))
+	total := 0
+	for i, e := range in {
+		p := e.Policy
+		if p == "" {
+			p = DefaultPolicy(e.GPUs)
+		}
+		switch {
+		case e.GPUs <= 0:
+			return nil, 0, fmt.Sprintf("demand mix entry %d: gpus must be positive, got %d", i, e.GPUs)
+		case e.Weight <= 0 || e.Weight > maxMixWeight:
+			return nil, 0, fmt.Sprintf("demand mix entry %d: weight must be 1 to %d, got %d", i, maxMixWeight, e.Weight)
+		case !validPolicy(p):
+			return nil, 0, fmt.Sprintf("demand mix entry %d: unknown topology policy %q", i, p)
+		}
+		out[i] = mixTerm{gpus: e.GPUs, policy: p, weight: e.Weight}
+		total += e.Weight
+		if total > maxMixWeight {
+			return nil, 0, fmt.Sprintf("demand mix weights add up to more than %d", maxMixWeight)
+		}
+	}
+	return out, total, ""
+}
+
+// unusable is a node's expected unusable free slots over the mix, in weight x slots: each
+// size that the node could not place contributes its weight times the node's free slots.
+// largest is the most free slots in one NUMA group (an unknown-NUMA slot is a group of one).
+func unusable(mix []mixTerm, free, largest, approved int) int {
+	u := 0
+	for _, m := range mix {
+		var fits bool
+		switch m.policy {
+		case PolicyNUMARequired:
+			fits = largest >= m.gpus
+		case PolicyFullHost:
+			fits = free == m.gpus && approved == m.gpus
+		default:
+			fits = free >= m.gpus
+		}
+		if !fits {
+			u += m.weight * free
+		}
+	}
+	return u
+}
+
+func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int) ranked {
 	ps := pick // copied before sorting: pick may alias the caller's scratch buffer
 	if !sort.IsSorted(byIndex(ps)) {
 		ps = append([]Slot(nil), pick...)
@@ -367,7 +484,8 @@ func makeChoice(nd Node, pick []Slot, used []group, k kind, n int) ranked {
 		}
 	}
 	c.GroupRemainder = groupFree - len(ps)
-	return ranked{Choice: c, groups: len(used), kind: k, gpus: n}
+	c.FragmentationDelta = float64(frag) / float64(total)
+	return ranked{Choice: c, groups: len(used), kind: k, gpus: n, frag: frag, total: total}
 }
 
 // reason is one sentence naming what the choice is and the ranking facts behind its place,
@@ -388,6 +506,8 @@ func reason(r *ranked) string {
 		b.WriteString(itoa(r.gpus))
 		b.WriteString(" approved slots free (")
 		b.WriteString(mode)
+		b.WriteString(", fragmentation change ")
+		b.WriteString(signed2(r.frag, r.total))
 		b.WriteString(")")
 		return b.String()
 	case kindSingle:
@@ -442,12 +562,35 @@ func reason(r *ranked) string {
 		b.WriteString(", ")
 		b.WriteString(frag)
 	}
+	b.WriteString(", fragmentation change ")
+	b.WriteString(signed2(r.frag, r.total))
 	b.WriteString(", group remainder ")
 	b.WriteString(itoa(r.GroupRemainder))
 	b.WriteString(", node remainder ")
 	b.WriteString(itoa(r.NodeRemainder))
 	b.WriteString(")")
 	return b.String()
+}
+
+// signed2 formats num/den with a sign and two decimals, rounded half away from zero, e.g.
+// "+0.70", "-0.30", "+0.00".
+func signed2(num, den int) string {
+	sign := "+"
+	if num < 0 {
+		sign, num = "-", -num
+	}
+	if den <= 0 {
+		return sign + "0.00"
+	}
+	h := (200*num + den) / (2 * den) // hundredths, rounded
+	if h == 0 {
+		sign = "+"
+	}
+	frac := itoa(h % 100)
+	if len(frac) == 1 {
+		frac = "0" + frac
+	}
+	return sign + itoa(h/100) + "." + frac
 }
 
 // itoa formats an int without fmt (reasons are built for every candidate).
@@ -475,15 +618,18 @@ func itoa(v int) string {
 	return string(buf[i:])
 }
 
-// less is the ranking: single NUMA, slice-mode node, fragmented group, best fit in group,
-// best fit on node, fewest groups, first slot index, node name, node id; slot ids last so
-// the order is total.
+// less is the ranking: single NUMA, slice-mode node, smallest fragmentation change,
+// fragmented group, best fit in group, best fit on node, fewest groups, first slot index,
+// node name, node id; slot ids last so the order is total.
 func less(a, b *ranked) bool {
 	if a.SingleNUMA != b.SingleNUMA {
 		return a.SingleNUMA
 	}
 	if a.NodeInSliceMode != b.NodeInSliceMode {
 		return a.NodeInSliceMode
+	}
+	if a.frag != b.frag {
+		return a.frag < b.frag
 	}
 	if a.GroupFragmented != b.GroupFragmented {
 		return a.GroupFragmented

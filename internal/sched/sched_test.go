@@ -105,13 +105,16 @@ func TestPlaceSlice(t *testing.T) {
 			single: yes, sliceMode: yes, fragmented: yes, rem: []int{0, 3},
 		},
 		{
-			name: "fragmented groups on any slice-mode node beat a clean group, best fit first",
+			// b has no whole group left, so its holes are unusable for 4 and 8 GPUs (-0.30);
+			// a keeps a whole group, its holes only miss 8 (-0.10). Best fit alone chose a:2.
+			name: "the smallest fragmentation change ranks before best fit",
 			gpus: 1,
 			nodes: []Node{
 				node("a", 2, 2, 3, 4, 5, 6, 7), // group 0: 2 of 4 free
 				node("b", 5, 1, 2, 3),          // group 0: 3 of 4 free
 			},
-			want: []string{"a:2", "b:1", "a:4"}, exact: true,
+			want: []string{"b:1", "a:2", "a:4"}, exact: true,
+			fragmented: yes, rem: []int{2, 2},
 		},
 		{
 			name: "a fragmented group beats a tighter clean group",
@@ -139,14 +142,15 @@ func TestPlaceSlice(t *testing.T) {
 			rem: []int{0, 3},
 		},
 		{
+			// Every choice changes fragmentation by -0.30; c:1 leaves 2 in its group.
 			name: "node remainder breaks a group remainder tie",
 			gpus: 1,
 			nodes: []Node{
-				node("a", 2, 2, 3, 4, 5, 6, 7),
-				node("b", 6, 2, 3),
+				node("c", 3, 1, 2, 3, 6, 7),
+				node("a", 4, 2, 3, 6, 7),
 			},
-			want: []string{"b:2", "a:2", "a:4"}, exact: true,
-			rem: []int{1, 1},
+			want: []string{"a:2", "a:6", "c:6", "c:1"}, exact: true,
+			rem: []int{1, 3},
 		},
 		{
 			name: "4 gpus with 3+3 free fail as topology_fragmented",
@@ -399,6 +403,54 @@ func validChoice(t *testing.T, req Request, nodes []Node, c Choice) {
 	if c.Reason == "" || !strings.Contains(c.Reason, nd.Name) {
 		t.Fatalf("reason %q does not name node %s", c.Reason, nd.Name)
 	}
+	if req.Mix == nil {
+		after := map[int]int{}
+		for _, s := range nd.FreeSlots {
+			if !seen[s.ID] {
+				after[max(s.NUMANode, -1)]++
+			}
+		}
+		want := expectedUnusable(nd.FreeSlots, after, len(nd.FreeSlots)-req.GPUs, nd.ApprovedSlots) -
+			expectedUnusable(nd.FreeSlots, nil, len(nd.FreeSlots), nd.ApprovedSlots)
+		if d := c.FragmentationDelta - want; d < -1e-9 || d > 1e-9 {
+			t.Fatalf("FragmentationDelta %v, want %v: %+v", c.FragmentationDelta, want, c)
+		}
+	}
+}
+
+// expectedUnusable recomputes the FGD measure of a node under the default mix, written out
+// independently of the code under test: the 40/30/20/10% shares of 1, 2, 4 and 8 GPUs, each
+// counting the node's free slots when that size no longer fits. perGroup holds the free
+// slots per known NUMA group (nil: count them from slots); unknown-NUMA slots are groups of
+// one.
+func expectedUnusable(slots []Slot, perGroup map[int]int, free, approved int) float64 {
+	if perGroup == nil {
+		perGroup = map[int]int{}
+		for _, s := range slots {
+			perGroup[max(s.NUMANode, -1)]++
+		}
+	}
+	largest := 0
+	for numa, k := range perGroup {
+		if numa < 0 {
+			k = min(k, 1)
+		}
+		largest = max(largest, k)
+	}
+	u := 0.0
+	if free < 1 {
+		u += 0.4 * float64(free)
+	}
+	if free < 2 {
+		u += 0.3 * float64(free)
+	}
+	if largest < 4 {
+		u += 0.2 * float64(free)
+	}
+	if !(free == 8 && approved == 8) {
+		u += 0.1 * float64(free)
+	}
+	return u
 }
 
 func sortInts(a []int) {
@@ -411,17 +463,17 @@ func sortInts(a []int) {
 
 func TestReasonStrings(t *testing.T) {
 	o := PlaceSlice(Request{GPUs: 1}, []Node{node("n1", 1, 1, 2, 3, 4, 5, 6, 7)})
-	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, group remainder 2, node remainder 6)"
+	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, group remainder 2, node remainder 6)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 2}, []Node{node("n1", 6, 0, 4)})
-	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, group remainder 0, node remainder 0)"
+	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, group remainder 0, node remainder 0)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 8}, []Node{node("n1", 0, 0, 1, 2, 3, 4, 5, 6, 7)})
-	want = "full host n1: all 8 approved slots free (clean node)"
+	want = "full host n1: all 8 approved slots free (clean node, fragmentation change +0.00)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
@@ -590,6 +642,10 @@ func TestRandomTopologies(t *testing.T) {
 					if a.SingleNUMA != b.SingleNUMA && !a.SingleNUMA {
 						t.Fatalf("spanning choice ranked before single NUMA: %v", shorts(o))
 					}
+					if a.SingleNUMA == b.SingleNUMA && a.NodeInSliceMode == b.NodeInSliceMode &&
+						a.FragmentationDelta > b.FragmentationDelta+1e-9 {
+						t.Fatalf("fragmentation change %v ranked before %v: %v", a.FragmentationDelta, b.FragmentationDelta, shorts(o))
+					}
 				}
 				if len(o.Choices) == 0 {
 					total := 0
@@ -655,6 +711,103 @@ func TestRankBaremetalKeepsSliceNodesForSlices(t *testing.T) {
 	}
 	if len(RankBaremetal(nil)) != 0 {
 		t.Fatal("nil input")
+	}
+}
+
+// TestMixOverride checks that a request's own demand mix replaces the default one: with
+// only 8-GPU requests expected, every hole on a broken node costs the same, and best fit
+// decides again.
+func TestMixOverride(t *testing.T) {
+	nodes := []Node{
+		node("a", 3, 3, 4, 5, 6, 7), // group 0: one hole; group 1 whole
+		node("b", 2, 1, 2, 3, 5, 6, 7),
+	}
+	if got := short(PlaceSlice(Request{GPUs: 1}, nodes).Choices[0]); got != "b:1" {
+		t.Fatalf("default mix chose %s, want b:1 (b's holes are useless to 4 GPUs, a's are not)", got)
+	}
+	o := PlaceSlice(Request{GPUs: 1, Mix: []MixEntry{{GPUs: 8, Weight: 1}}}, nodes)
+	if got := short(o.Choices[0]); got != "a:3" {
+		t.Fatalf("8-GPU-only mix chose %s, want a:3 (%s)", got, o.Choices[0].Reason)
+	}
+	if d := o.Choices[0].FragmentationDelta; d != -1 {
+		t.Fatalf("FragmentationDelta %v under an 8-GPU-only mix, want -1", d)
+	}
+	// The same mix given explicitly ranks exactly like the default.
+	want := PlaceSlice(Request{GPUs: 2}, nodes)
+	if got := PlaceSlice(Request{GPUs: 2, Mix: DefaultMix()}, nodes); !reflect.DeepEqual(got, want) {
+		t.Fatalf("explicit default mix: %v, want %v", shorts(got), shorts(want))
+	}
+	// Weights are relative: scaling them changes nothing.
+	scaled := DefaultMix()
+	for i := range scaled {
+		scaled[i].Weight *= 7
+	}
+	if got := PlaceSlice(Request{GPUs: 2, Mix: scaled}, nodes); !reflect.DeepEqual(got, want) {
+		t.Fatalf("scaled mix: %v, want %v", shorts(got), shorts(want))
+	}
+}
+
+func TestInvalidMix(t *testing.T) {
+	nodes := []Node{node("a", 0, 0, 1, 2, 3, 4, 5, 6, 7)}
+	for name, mix := range map[string][]MixEntry{
+		"empty":            {},
+		"zero gpus":        {{GPUs: 0, Weight: 1}},
+		"negative weight":  {{GPUs: 1, Weight: -1}},
+		"zero weight":      {{GPUs: 1}},
+		"huge weight":      {{GPUs: 1, Weight: maxMixWeight + 1}},
+		"weights overflow": {{GPUs: 1, Weight: maxMixWeight}, {GPUs: 2, Weight: 1}},
+		"unknown policy":   {{GPUs: 2, Policy: "numa-ish", Weight: 1}},
+	} {
+		o := PlaceSlice(Request{GPUs: 1, Mix: mix}, nodes)
+		if len(o.Choices) != 0 || o.Reason != ReasonInvalidRequest || !strings.Contains(o.Message, "demand mix") {
+			t.Errorf("%s: %v %q %q", name, shorts(o), o.Reason, o.Message)
+		}
+	}
+}
+
+// TestFragmentationDeltaByState pins the FGD numbers of the default mix on an 8-slot node
+// with two groups of four, from the free slots per group before the pick.
+func TestFragmentationDeltaByState(t *testing.T) {
+	cases := []struct {
+		gpus int
+		free []int
+		want string // best choice
+		d    float64
+	}{
+		{1, []int{0, 1, 2, 3, 4, 5, 6, 7}, "n:0", 0.7}, // (4,4) -> (4,3): 7 free now miss 8
+		{1, []int{3}, "n:3", -0.6},                     // (1,0) -> (0,0): the last, nearly useless slot
+		{1, []int{1, 2, 3, 5, 6, 7}, "n:1", -0.3},      // (3,3) -> (2,3)
+		{1, []int{3, 4, 5, 6, 7}, "n:3", -0.1},         // (1,4) -> (0,4): keeps the whole group
+		{2, []int{2, 3, 4, 5, 6, 7}, "n:2,3", -0.2},    // (2,4) -> (0,4)
+		{2, []int{0, 1, 2, 3}, "n:0,1", 0.2},           // (4,0) -> (2,0): 4 GPUs no longer fit
+		{4, []int{0, 1, 2, 3}, "n:0,1,2,3", -0.4},      // (4,0) -> (0,0)
+		{4, []int{0, 1, 2, 3, 4, 5, 6, 7}, "n:0,1,2,3", 0.4},
+		{8, []int{0, 1, 2, 3, 4, 5, 6, 7}, "n:0,1,2,3,4,5,6,7", 0},
+	}
+	for _, c := range cases {
+		o := PlaceSlice(Request{GPUs: c.gpus}, []Node{node("n", 8-len(c.free), c.free...)})
+		if len(o.Choices) == 0 {
+			t.Errorf("%d gpus on %v: no choice", c.gpus, c.free)
+			continue
+		}
+		b := o.Choices[0]
+		if short(b) != c.want || b.FragmentationDelta < c.d-1e-9 || b.FragmentationDelta > c.d+1e-9 {
+			t.Errorf("%d gpus on %v: %s with change %v, want %s with %v", c.gpus, c.free, short(b), b.FragmentationDelta, c.want, c.d)
+		}
+	}
+}
+
+func TestSigned2(t *testing.T) {
+	for _, c := range []struct {
+		num, den int
+		want     string
+	}{
+		{70, 100, "+0.70"}, {-30, 100, "-0.30"}, {0, 100, "+0.00"}, {-1, 1000, "+0.00"}, {5, 1000, "+0.01"},
+		{1, 3, "+0.33"}, {-2, 3, "-0.67"}, {250, 100, "+2.50"}, {-1234, 10, "-123.40"}, {3, 0, "+0.00"},
+	} {
+		if got := signed2(c.num, c.den); got != c.want {
+			t.Errorf("signed2(%d, %d) = %q, want %q", c.num, c.den, got, c.want)
+		}
 	}
 }
 
