@@ -156,25 +156,14 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 		case AllocReleasing, AllocReleased:
 			return nil
 		case AllocRequested:
-			if err := tx.SetAllocationStatus(ctx, id, AllocReleasing, "", now); err != nil {
-				return err
-			}
+			// Nothing touched a disk yet: the slots go straight back (one round trip).
+			var slots []string
 			for _, c := range rec.Claims {
 				if c.SlotID != "" && c.Status != "released" { // released: given up by a re-placement
-					if err := tx.SetSlotStatus(ctx, c.SlotID, SlotAvailable, "", nil); err != nil {
-						return err
-					}
+					slots = append(slots, c.SlotID)
 				}
 			}
-			if err := tx.SetClaimsStatus(ctx, id, "released", now); err != nil {
-				return err
-			}
-			if err := tx.SetAllocationStatus(ctx, id, AllocReleased, "", now); err != nil {
-				return err
-			}
-			if err := tx.QueueOutbox(ctx, "allocation.released", id, rec.NodeID, map[string]any{"allocation_id": id, "cancelled_before_provisioning": true}); err != nil {
-				return err
-			}
+			return tx.CancelRequested(ctx, id, rec.NodeID, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
 		default: // provisioning, active, failed
 			if err := s.beginRelease(ctx, tx, rec, now); err != nil {
 				return err

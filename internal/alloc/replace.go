@@ -83,7 +83,7 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 				break
 			}
 			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				locked, err := sp.LockAvailableSlots(ctx, ch.SlotIDs)
+				locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs)
 				if err != nil {
 					return err
 				}

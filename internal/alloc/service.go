@@ -34,7 +34,7 @@ type Service struct {
 // New returns a Service.
 func New(st *store.Store, cfg Config) *Service {
 	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 16
+		cfg.MaxAttempts = 32
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -290,62 +290,122 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	}
 	na.OSImageID, na.ImageSnapshot = img.ID, img
 
-	cands, err := tx.SliceCandidates(ctx, s.query(r))
-	if err != nil {
+	var id string
+	attempts, lost := 0, 0
+	outcome, err := s.placeSlice(ctx, tx, r, func(out sched.Outcome) (bool, error) {
+		for _, ch := range out.Choices {
+			if attempts >= s.cfg.MaxAttempts {
+				return true, nil
+			}
+			attempts++
+			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
+				locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs)
+				if err != nil {
+					return err
+				}
+				if len(locked) != len(ch.SlotIDs) {
+					return errLostRace
+				}
+				claims := make([]store.NewClaim, 0, len(locked))
+				for _, l := range locked {
+					claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
+				}
+				na.NodeID = ch.NodeID
+				na.UsageSnapshot = usage(r, price, ch.NodeID, ch.SlotIDs)
+				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
+					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": ch.SlotIndexes, "image": img.Slug, "profile": profile.Name})
+				na.Audit = &rec
+				id, err = sp.InsertAllocation(ctx, na, claims)
+				return err
+			})
+			if err == nil {
+				return true, nil
+			}
+			// A lost lock race or a claim constraint hit by a concurrent scheduler: try the next choice.
+			if errors.Is(err, errLostRace) || (errors.Is(err, store.ErrConflict) && !isIdempotencyConflict(err)) {
+				lost++
+				continue
+			}
+			return true, err
+		}
+		return false, nil // every choice here was taken: the next window
+	})
+	switch {
+	case err != nil:
 		return "", err
-	}
-	topo, err := tx.NodeTopologies(ctx, nodeIDs(cands))
-	if err != nil {
-		return "", err
-	}
-	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
-	if len(outcome.Choices) == 0 {
+	case id != "":
+		return id, nil
+	case attempts == 0:
 		// Diagnose on this transaction's connection: taking a second pooled connection while
 		// holding one can exhaust the pool under load.
 		return "", s.diagnose(r, outcome, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
-	}
-	lost := 0
-	for i, ch := range outcome.Choices {
-		if i >= s.cfg.MaxAttempts {
-			break
-		}
-		var id string
-		err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-			locked, err := sp.LockAvailableSlots(ctx, ch.SlotIDs)
-			if err != nil {
-				return err
-			}
-			if len(locked) != len(ch.SlotIDs) {
-				return errLostRace
-			}
-			claims := make([]store.NewClaim, 0, len(locked))
-			for _, l := range locked {
-				claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
-			}
-			na.NodeID = ch.NodeID
-			na.UsageSnapshot = usage(r, price, ch.NodeID, ch.SlotIDs)
-			id, err = sp.InsertAllocation(ctx, na, claims)
-			if err != nil {
-				return err
-			}
-			return sp.Audit(ctx, actor.audit("allocation.create", "allocation", id, map[string]any{
-				"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": ch.SlotIndexes, "image": img.Slug, "profile": profile.Name}))
-		})
-		if err == nil {
-			return id, nil
-		}
-		// A lost lock race or a claim constraint hit by a concurrent scheduler: try the next choice.
-		if errors.Is(err, errLostRace) || (errors.Is(err, store.ErrConflict) && !isIdempotencyConflict(err)) {
-			lost++
-			continue
-		}
-		return "", err
 	}
 	return "", unavailable(apiv1.ReasonNoCapacity, fmt.Sprintf(
 		"all %d ranked placements were taken by concurrent requests; retry", lost), map[string]any{"retryable": true})
 }
 
 var errLostRace = errors.New("lost slot lock race")
+
+// Placement reads best-fit windows of nodes, not the whole fleet: the scheduler ranks the
+// candidates of the first window that yields a choice. Only when windowsBeforeFullScan windows
+// yield nothing (fragmented capacity, SKU overrides on slots, an exhausted fleet) does it rank
+// every candidate, which is also what explains a refusal.
+const (
+	windowNodes           = 8
+	windowsBeforeFullScan = 4
+)
+
+// placeSlice ranks slice placements for r inside tx, window by window, and hands each
+// non-empty ranking to try until try reports done (a reservation made, or an error). It
+// returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
+func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try func(sched.Outcome) (bool, error)) (sched.Outcome, error) {
+	q := s.query(r)
+	var after *store.WindowKey
+	for w := 0; w < windowsBeforeFullScan; w++ {
+		ids, next, err := tx.SliceNodeWindow(ctx, q, r.gpus, after, windowNodes)
+		if err != nil {
+			return sched.Outcome{}, err
+		}
+		if len(ids) == 0 {
+			break
+		}
+		cands, err := tx.SliceCandidatesOn(ctx, q, ids)
+		if err != nil {
+			return sched.Outcome{}, err
+		}
+		out, err := s.rank(ctx, tx, r, cands)
+		if err != nil {
+			return out, err
+		}
+		if len(out.Choices) > 0 {
+			if done, err := try(out); done || err != nil {
+				return out, err
+			}
+		}
+		if len(ids) < windowNodes {
+			break
+		}
+		after = next
+	}
+	cands, err := tx.SliceCandidates(ctx, q)
+	if err != nil {
+		return sched.Outcome{}, err
+	}
+	out, err := s.rank(ctx, tx, r, cands)
+	if err != nil || len(out.Choices) == 0 {
+		return out, err
+	}
+	_, err = try(out)
+	return out, err
+}
+
+func (s *Service) rank(ctx context.Context, tx *store.Tx, r request, cands []store.CandidateSlot) (sched.Outcome, error) {
+	topo, err := tx.NodeTopologies(ctx, nodeIDs(cands))
+	if err != nil {
+		return sched.Outcome{}, err
+	}
+	return sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo)), nil
+}
 
 func usage(r request, price apiv1.Price, nodeID string, slotIDs []string) map[string]any {
 	return map[string]any{"sku": r.sku.SKU, "capacity_shape": r.sku.CapacityShape, "gpus": r.gpus, "node_id": nodeID,
@@ -377,13 +437,12 @@ func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Acto
 			}
 			na.NodeID = n.ID
 			na.UsageSnapshot = usage(r, apiv1.Price{GPUHourlyPriceMinor: r.sku.GPUHourlyPriceMinor, Currency: r.sku.Currency}, n.ID, nil)
+			rec := actor.audit("allocation.create", "allocation", "", map[string]any{
+				"sku": r.sku.SKU, "gpus": r.gpus, "node": n.Name, "capacity_shape": "baremetal"})
+			na.Audit = &rec
 			id, err = sp.InsertAllocation(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID,
 				Snapshot: map[string]any{"node_id": n.ID, "node_name": n.Name, "gpus": r.gpus}}})
-			if err != nil {
-				return err
-			}
-			return sp.Audit(ctx, actor.audit("allocation.create", "allocation", id, map[string]any{
-				"sku": r.sku.SKU, "gpus": r.gpus, "node": n.Name, "capacity_shape": "baremetal"}))
+			return err
 		})
 		if err == nil {
 			return id, nil

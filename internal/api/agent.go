@@ -38,12 +38,18 @@ func (s *Server) authenticateNode(r *http.Request) (Principal, error) {
 	if !ok {
 		return Principal{}, errForbidden("client certificate is not a node identity")
 	}
-	nodeID, err := s.store.CredentialNode(r.Context(), hex.EncodeToString(cert.SerialNumber.Bytes()))
-	if errors.Is(err, store.ErrNotFound) {
-		return Principal{}, errUnauthorized("node certificate unknown, revoked or expired; enroll again")
-	}
-	if err != nil {
-		return Principal{}, err
+	serial := hex.EncodeToString(cert.SerialNumber.Bytes())
+	nodeID, cached := s.nodeCerts.get(serial)
+	if !cached {
+		var err error
+		nodeID, err = s.store.CredentialNode(r.Context(), serial)
+		if errors.Is(err, store.ErrNotFound) {
+			return Principal{}, errUnauthorized("node certificate unknown, revoked or expired; enroll again")
+		}
+		if err != nil {
+			return Principal{}, err
+		}
+		s.nodeCerts.put(serial, nodeID)
 	}
 	if nodeID != id {
 		return Principal{}, errForbidden("certificate does not match its node")

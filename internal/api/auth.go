@@ -31,12 +31,20 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 	if !ok || strings.TrimSpace(tok) == "" {
 		return Principal{}, errUnauthorized("missing bearer token")
 	}
-	rec, err := s.store.LookupToken(r.Context(), pki.HashToken(strings.TrimSpace(tok)))
-	if errors.Is(err, store.ErrNotFound) {
-		return Principal{}, errUnauthorized("invalid token")
-	}
-	if err != nil {
-		return Principal{}, err
+	hash := pki.HashToken(strings.TrimSpace(tok))
+	rec, cached := s.tokens.get(hash)
+	if !cached {
+		var err error
+		rec, err = s.store.LookupToken(r.Context(), hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return Principal{}, errUnauthorized("invalid token")
+		}
+		if err != nil {
+			return Principal{}, err
+		}
+		if rec.RevokedAt == nil {
+			s.tokens.put(hash, rec)
+		}
 	}
 	if rec.RevokedAt != nil {
 		return Principal{}, errUnauthorized("token revoked")
@@ -44,8 +52,10 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 	if rec.ExpiresAt != nil && time.Now().After(*rec.ExpiresAt) {
 		return Principal{}, errUnauthorized("token expired")
 	}
-	if err := s.store.TouchToken(r.Context(), rec.ID); err != nil {
-		s.log.Warn("token touch failed", "err", err)
+	if !cached { // last use is recorded when the cache is filled: at most once per authCacheTTL
+		if err := s.store.TouchToken(r.Context(), rec.ID); err != nil {
+			s.log.Warn("token touch failed", "err", err)
+		}
 	}
 	return Principal{TokenID: rec.ID, Name: rec.Name, Role: rec.Role, TenantID: rec.TenantID}, nil
 }

@@ -61,12 +61,15 @@ type Server struct {
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	tokens     *authCache[store.TokenRecord] // by token hash
+	nodeCerts  *authCache[string]            // node id by certificate serial
 }
 
 // New builds the API handler tree.
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
-		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)}}
+		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
+		tokens: newAuthCache[store.TokenRecord](), nodeCerts: newAuthCache[string]()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	TerminalRecordDir    string        `mapstructure:"terminal_record_dir"`
 	TerminalIdle         time.Duration `mapstructure:"terminal_idle"`
 	TerminalMaxPerTenant int           `mapstructure:"terminal_max_per_tenant"`
+	// PprofListen serves net/http/pprof on a loopback address for profiling (empty: off).
+	PprofListen string `mapstructure:"pprof_listen"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -69,6 +71,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Duration(n, 30*time.Minute, "end a terminal session after this long without traffic")
 		case "terminal-max-per-tenant":
 			fs.Int(n, 8, "concurrent terminal sessions per tenant")
+		case "pprof-listen":
+			fs.String(n, "", "serve Go pprof profiles on this loopback HOST:PORT (debugging; empty: off)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -133,6 +137,12 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 	}
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 10*time.Second) {
 		return fmt.Errorf("--reconcile-interval must be 0 (off) or at least 10s")
+	}
+	if c.PprofListen != "" {
+		host, _, err := net.SplitHostPort(c.PprofListen)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("--pprof-listen %q: want a loopback HOST:PORT such as 127.0.0.1:6060 (profiles are not authenticated)", c.PprofListen)
+		}
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

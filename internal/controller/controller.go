@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +154,13 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		Terminal: api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir}})
 
 	go apiSrv.RunBackground(dctx)
+	if cfg.PprofListen != "" {
+		stopPprof, err := servePprof(cfg.PprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)
@@ -200,4 +208,22 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	_ = hs.Shutdown(sctx)
 	_ = os.Remove(addrFile)
 	return nil
+}
+
+// servePprof serves Go's runtime profiles on a loopback address (validated by config).
+func servePprof(addr string, log *slog.Logger) (func(), error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("pprof serving", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return func() { _ = srv.Close() }, nil
 }

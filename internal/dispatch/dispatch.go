@@ -100,6 +100,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	if d.cfg.ReconcileEvery > 0 {
 		go d.reconcileLoop(ctx)
 	}
+	go d.capacityLoop(ctx)
 	reap := time.NewTicker(d.cfg.ReapEvery)
 	sweep := time.NewTicker(d.cfg.OutboxEvery)
 	defer reap.Stop()
@@ -116,6 +117,25 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			if err := d.Reap(ctx); err != nil && ctx.Err() == nil {
 				d.log.Error("reaper", "err", err)
 			}
+		}
+	}
+}
+
+// capacityEvery is how often the best-fit capacity hint is brought up to date (see
+// store.RefreshCapacity); placement stays exact between refreshes.
+const capacityEvery = 250 * time.Millisecond
+
+func (d *Dispatcher) capacityLoop(ctx context.Context) {
+	t := time.NewTicker(capacityEvery)
+	defer t.Stop()
+	for {
+		if _, err := d.st.RefreshCapacity(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("capacity hint refresh", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -176,14 +176,14 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]TaskRecord, erro
 		f.Limit = 200
 	}
 	return queryAll(ctx, s.pool, scanTask, `SELECT `+taskColumns+` FROM node_tasks
-		WHERE ($1 = '' OR node_id::text = $1) AND ($2 = '' OR allocation_id::text = $2)
-		ORDER BY created_at DESC LIMIT $3`, f.NodeID, f.AllocationID, f.Limit)
+		WHERE ($1::uuid IS NULL OR node_id = $1::uuid) AND ($2::uuid IS NULL OR allocation_id = $2::uuid)
+		ORDER BY created_at DESC LIMIT $3`, optUUID(f.NodeID), optUUID(f.AllocationID), f.Limit)
 }
 
 // GetTask returns one task.
 func (s *Store) GetTask(ctx context.Context, id string) (TaskRecord, error) {
 	var tr TaskRecord
-	err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM node_tasks WHERE id::text = $1`, id), &tr)
+	err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM node_tasks WHERE id = $1::uuid`, uuidArg(id)), &tr)
 	return tr, translate(err)
 }
 

@@ -55,11 +55,11 @@ func (t *Tx) GetAllocation(ctx context.Context, id, tenantID string) (Allocation
 func getAllocation(ctx context.Context, q querier, id, tenantID string, lock bool) (AllocationRecord, error) {
 	var a AllocationRecord
 	sql := `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id
-		WHERE a.id::text = $1 AND ($2 = '' OR a.tenant_id::text = $2)`
+		WHERE a.id = $1::uuid AND ($2::uuid IS NULL OR a.tenant_id = $2::uuid)`
 	if lock {
 		sql += ` FOR UPDATE OF a`
 	}
-	if err := scanAlloc(q.QueryRow(ctx, sql, id, tenantID), &a); err != nil {
+	if err := scanAlloc(q.QueryRow(ctx, sql, uuidArg(id), optUUID(tenantID)), &a); err != nil {
 		return a, translate(err)
 	}
 	claims, err := listClaims(ctx, q, a.ID)
@@ -118,8 +118,8 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 		f.Limit = 500
 	}
 	return queryAll(ctx, s.pool, scanAlloc, `SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
-		WHERE ($1 = '' OR a.tenant_id::text = $1) AND ($2 = '' OR a.status = $2)
-		ORDER BY a.created_at DESC, a.id LIMIT $3`, f.TenantID, f.Status, f.Limit)
+		WHERE ($1::uuid IS NULL OR a.tenant_id = $1::uuid) AND ($2 = '' OR a.status = $2)
+		ORDER BY a.created_at DESC, a.id LIMIT $3`, optUUID(f.TenantID), f.Status, f.Limit)
 }
 
 // SetAllocationStatus moves an allocation; the database trigger rejects invalid transitions.
@@ -132,6 +132,29 @@ func (t *Tx) SetAllocationStatus(ctx context.Context, id, status, failureReason 
 			placement_status = CASE WHEN $2::text = 'released' THEN 'released' ELSE placement_status END
 		WHERE id = $1`, id, status, failureReason, at)
 	return translate(err)
+}
+
+// CancelRequested releases an allocation that never reached its host, in one round trip:
+// requested -> releasing -> released, its slots back to available, its claims released, an
+// allocation.released outbox event and the audit record.
+func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) error {
+	payload, err := json.Marshal(map[string]any{"allocation_id": id, "cancelled_before_provisioning": true})
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE allocations SET status = 'releasing', releasing_at = coalesce(releasing_at, $2) WHERE id = $1`, id, at)
+	if len(slotIDs) > 0 {
+		b.Queue(`UPDATE node_resource_slots SET status = 'available', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
+	}
+	b.Queue(`UPDATE allocation_resource_claims SET status = 'released', released_at = $2
+		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, id, at)
+	b.Queue(`UPDATE allocations SET status = 'released', released_at = $2, placement_status = 'released' WHERE id = $1`, id, at)
+	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.released', $1, $2, $3)`, id, nullIfEmpty(nodeID), payload)
+	if err := queueAudit(b, audit); err != nil {
+		return err
+	}
+	return translate(t.tx.SendBatch(ctx, b).Close())
 }
 
 // SetClaimsStatus moves every non-final claim of an allocation.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
@@ -21,18 +23,27 @@ type AuditRecord struct {
 
 // Audit appends to audit_log.
 func (t *Tx) Audit(ctx context.Context, r AuditRecord) error {
+	b := &pgx.Batch{}
+	if err := queueAudit(b, r); err != nil {
+		return err
+	}
+	return translate(t.tx.SendBatch(ctx, b).Close())
+}
+
+// queueAudit adds the audit record's insert to a batch.
+func queueAudit(b *pgx.Batch, r AuditRecord) error {
 	details := []byte("{}")
 	if r.Details != nil {
-		b, err := json.Marshal(r.Details)
+		d, err := json.Marshal(r.Details)
 		if err != nil {
 			return err
 		}
-		details = b
+		details = d
 	}
-	_, err := t.tx.Exec(ctx, `INSERT INTO audit_log (actor, actor_role, tenant_id, action, target_kind, target_id, request_id, details)
+	b.Queue(`INSERT INTO audit_log (actor, actor_role, tenant_id, action, target_kind, target_id, request_id, details)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		r.Actor, r.ActorRole, nullIfEmpty(r.TenantID), r.Action, r.TargetKind, r.TargetID, r.RequestID, details)
-	return translate(err)
+	return nil
 }
 
 // AuditFilter narrows ListAudit.

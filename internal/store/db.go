@@ -40,3 +40,32 @@ func queryAll[T any](ctx context.Context, q querier, scan func(pgx.Row, *T) erro
 	}
 	return out, translate(rows.Err())
 }
+
+// noSuchID is a UUID no row has: what a malformed id is looked up as, so that a query keeps
+// comparing uuid columns with uuid values (an index) and simply finds nothing.
+const noSuchID = "00000000-0000-0000-0000-000000000000"
+
+// uuidArg is s when it is a UUID, else noSuchID; use it as $n::uuid.
+func uuidArg(s string) string {
+	if uuidRE.MatchString(s) {
+		return s
+	}
+	return noSuchID
+}
+
+// optUUID is nil for "" (the filter is off: "$n::uuid IS NULL OR col = $n::uuid"), else uuidArg(s).
+func optUUID(s string) any {
+	if s == "" {
+		return nil
+	}
+	return uuidArg(s)
+}
+
+// uuidsArg maps ids through uuidArg for "col = ANY($n::uuid[])".
+func uuidsArg(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, s := range ids {
+		out[i] = uuidArg(s)
+	}
+	return out
+}

@@ -41,6 +41,15 @@ func (t *Tx) CreateNode(ctx context.Context, in apiv1.NodeCreate) (apiv1.Node, e
 	return getNode(ctx, t.tx, id)
 }
 
+// nodeWhere is the predicate finding a node by id or name ($1), index-friendly on both: a
+// UUID-shaped key may be either (node names are free-form), anything else only a name.
+func nodeWhere(idOrName, alias string) string {
+	if uuidRE.MatchString(idOrName) {
+		return "(" + alias + "id = $1::text::uuid OR " + alias + "name = $1::text)"
+	}
+	return alias + "name = $1"
+}
+
 // GetNode finds a node by id or name, with its slot summary.
 func (s *Store) GetNode(ctx context.Context, idOrName string) (apiv1.Node, error) {
 	return getNode(ctx, s.pool, idOrName)
@@ -54,7 +63,7 @@ func (t *Tx) GetNode(ctx context.Context, idOrName string) (apiv1.Node, error) {
 func getNode(ctx context.Context, q querier, idOrName string) (apiv1.Node, error) {
 	var n apiv1.Node
 	err := scanNode(q.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes n
-		WHERE n.name = $1 OR n.id::text = $1`, idOrName), &n)
+		WHERE `+nodeWhere(idOrName, "n."), idOrName), &n)
 	if err != nil {
 		return n, translate(err)
 	}
@@ -98,7 +107,7 @@ func slotSummaries(ctx context.Context, q querier, ids []string) (map[string]api
 	}
 	rows, err := q.Query(ctx, `SELECT s.node_id::text, s.status, coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku, ''), count(*)
 		FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
-		WHERE s.node_id::text = ANY($1) GROUP BY 1, 2, 3 ORDER BY 1, 3`, ids)
+		WHERE s.node_id = ANY($1::uuid[]) GROUP BY 1, 2, 3 ORDER BY 1, 3`, uuidsArg(ids))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -130,7 +139,7 @@ func slotSummaries(ctx context.Context, q querier, ids []string) (map[string]api
 		return nil, translate(err)
 	}
 	crow, err := q.Query(ctx, `SELECT node_id::text, claim_kind, count(*) FROM allocation_resource_claims
-		WHERE node_id::text = ANY($1) AND status IN `+liveClaim+` GROUP BY 1, 2`, ids)
+		WHERE node_id = ANY($1::uuid[]) AND status IN `+liveClaim+` GROUP BY 1, 2`, uuidsArg(ids))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -154,7 +163,7 @@ func slotSummaries(ctx context.Context, q querier, ids []string) (map[string]api
 
 // SetDraining sets or clears the drain flag. Drain is non-disruptive: live claims continue.
 func (t *Tx) SetDraining(ctx context.Context, idOrName string, draining bool) (apiv1.Node, error) {
-	tag, err := t.tx.Exec(ctx, `UPDATE nodes SET draining = $2, updated_at = now() WHERE name = $1 OR id::text = $1`, idOrName, draining)
+	tag, err := t.tx.Exec(ctx, `UPDATE nodes SET draining = $2, updated_at = now() WHERE `+nodeWhere(idOrName, ""), idOrName, draining)
 	if err != nil {
 		return apiv1.Node{}, translate(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -81,6 +82,65 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 		ORDER BY n.name, s.slot_index`, pq.args()...)
 }
 
+// RefreshCapacity recounts the available slots of nodes whose slots changed since the last
+// refresh (the nodes_best_fit hint) and returns how many nodes it recounted.
+func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
+		c AS (SELECT n.id, (SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available') AS free
+		      FROM nodes n WHERE n.id IN (SELECT node_id FROM d))
+		UPDATE nodes n SET available_slots = c.free FROM c WHERE n.id = c.id AND n.available_slots <> c.free`)
+	if err != nil {
+		return 0, translate(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// WindowKey is where a best-fit node window ends; the next window starts after it.
+type WindowKey struct {
+	Available int
+	Name      string
+}
+
+// SliceNodeWindow returns up to limit ids of placeable nodes of the query's slice SKU with at
+// least gpus available slots, best fit first (fewest available slots, then name), after key
+// (nil: from the start). It walks the nodes_best_fit index, so its cost does not grow with the
+// fleet; the exact filter is SliceCandidatesOn. Nodes whose slots override the SKU are not
+// found here: callers fall back to SliceCandidates when the windows yield nothing.
+func (t *Tx) SliceNodeWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) ([]string, *WindowKey, error) {
+	k := WindowKey{Available: -1}
+	if after != nil {
+		k = *after
+	}
+	rows, err := t.tx.Query(ctx, `SELECT n.id::text, n.available_slots, n.name FROM nodes n
+		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
+		  AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
+		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
+		  AND (n.available_slots, n.name) > ($6, $7)
+		ORDER BY n.available_slots, n.name LIMIT $8`, append(pq.args(), gpus, k.Available, k.Name, limit)...)
+	if err != nil {
+		return nil, nil, translate(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id, &k.Available, &k.Name); err != nil {
+			return nil, nil, translate(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, &k, translate(rows.Err())
+}
+
+// SliceCandidatesOn is SliceCandidates restricted to the given nodes.
+func (t *Tx) SliceCandidatesOn(ctx context.Context, pq PlacementQuery, nodeIDs []string) ([]CandidateSlot, error) {
+	return queryAll(ctx, t.tx, func(r pgx.Row, c *CandidateSlot) error {
+		return r.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode)
+	}, `SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
+		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id = ANY($5::uuid[])
+		ORDER BY n.name, s.slot_index`, append(pq.args(), uuidsArg(nodeIDs))...)
+}
+
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
 type Blockers struct {
 	OnDrainingNodes int // otherwise-eligible slots on draining nodes
@@ -132,44 +192,33 @@ func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[strin
 	for _, id := range nodeIDs {
 		out[id] = NodeTopology{GroupSize: map[int]int{}}
 	}
-	rows, err := q.Query(ctx, `SELECT node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
-		WHERE node_id::text = ANY($1) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
-		GROUP BY 1, 2`, nodeIDs)
+	// One round trip: approved slots per NUMA group (kind 0), then live slot claims (kind 1).
+	rows, err := q.Query(ctx, `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
+		WHERE node_id = ANY($1::uuid[]) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
+		GROUP BY 2, 3
+		UNION ALL
+		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
+		WHERE node_id = ANY($1::uuid[]) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, uuidsArg(nodeIDs))
 	if err != nil {
 		return nil, translate(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var kind, numa, c int
 		var id string
-		var numa, c int
-		if err := rows.Scan(&id, &numa, &c); err != nil {
+		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
 			return nil, translate(err)
 		}
 		nt := out[id]
-		nt.GroupSize[numa] += c
-		nt.ApprovedSlots += c
-		out[id] = nt
-	}
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
-	}
-	crows, err := q.Query(ctx, `SELECT node_id::text, count(*) FROM allocation_resource_claims
-		WHERE node_id::text = ANY($1) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 1`, nodeIDs)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer crows.Close()
-	for crows.Next() {
-		var id string
-		var c int
-		if err := crows.Scan(&id, &c); err != nil {
-			return nil, translate(err)
+		if kind == 0 {
+			nt.GroupSize[numa] += c
+			nt.ApprovedSlots += c
+		} else {
+			nt.ClaimedSlots = c
 		}
-		nt := out[id]
-		nt.ClaimedSlots = c
 		out[id] = nt
 	}
-	return out, translate(crows.Err())
+	return out, translate(rows.Err())
 }
 
 // LockedSlot is a slot locked for reservation, with the device snapshot for its claim.
@@ -181,10 +230,11 @@ type LockedSlot struct {
 	Snapshot  map[string]any
 }
 
-// LockAvailableSlots locks the given slots FOR UPDATE SKIP LOCKED, re-checking under the lock
-// that they are still available. Fewer rows than ids means another scheduler won the race.
-func (t *Tx) LockAvailableSlots(ctx context.Context, ids []string) ([]LockedSlot, error) {
-	rows, err := t.tx.Query(ctx, `SELECT s.id::text, s.node_id::text, s.slot_index,
+// LockAvailableSlots locks the given slots of a node FOR UPDATE SKIP LOCKED, re-checking under
+// the lock that they are still available. Fewer rows than ids means another scheduler won the
+// race.
+func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, ids []string) ([]LockedSlot, error) {
+	rows, err := t.tx.Query(ctx, `		SELECT s.id::text, s.node_id::text, s.slot_index,
 			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''),
 			jsonb_build_object('slot_id', s.id, 'slot_index', s.slot_index, 'numa_node', s.numa_node,
 				'pci_address', s.pci_address, 'gpu_model', s.gpu_model, 'gpu_uuid', s.gpu_uuid,
@@ -195,9 +245,9 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, ids []string) ([]LockedSlot
 				'vcpu_count', s.vcpu_count, 'memory_mib', s.memory_mib,
 				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy')
 		FROM node_resource_slots s
-		WHERE s.id::text = ANY($1) AND s.status = 'available'
+		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available'
 		ORDER BY s.slot_index
-		FOR UPDATE SKIP LOCKED`, ids)
+		FOR UPDATE SKIP LOCKED`, uuidsArg(ids), uuidArg(nodeID))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -262,8 +312,8 @@ func (t *Tx) BaremetalDraining(ctx context.Context, pq PlacementQuery) (int, err
 // LockNodeForBaremetal locks a node row (SKIP LOCKED) and re-checks the baremetal filter under the lock.
 func (t *Tx) LockNodeForBaremetal(ctx context.Context, pq PlacementQuery, nodeID string) (bool, error) {
 	var id string
-	args := append(pq.args(), nodeID)
-	err := t.tx.QueryRow(ctx, `SELECT n.id::text `+baremetalFilter+` AND n.id::text = $5 FOR UPDATE OF n SKIP LOCKED`, args...).Scan(&id)
+	args := append(pq.args(), uuidArg(nodeID))
+	err := t.tx.QueryRow(ctx, `SELECT n.id::text `+baremetalFilter+` AND n.id = $5::uuid FOR UPDATE OF n SKIP LOCKED`, args...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -304,6 +354,8 @@ type NewAllocation struct {
 	SSHPublicKeys   []string
 	IdempotencyKey  string
 	RequestHash     string
+	// Audit, when set, is written with the allocation (its TargetID becomes the new id).
+	Audit *AuditRecord
 }
 
 // NewClaim is one claim row.
@@ -328,19 +380,17 @@ func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []New
 	if a.SSHPublicKeys == nil {
 		a.SSHPublicKeys = []string{}
 	}
-	var id string
-	err := t.tx.QueryRow(ctx, `INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id,
+	// One round trip: the id is made here so the claims, outbox event and audit record can
+	// ride in the same batch as the allocation row.
+	id := uuid.NewString()
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
 			ssh_public_keys, idempotency_key, request_hash)
-		VALUES ($1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)
-		RETURNING id::text`,
+		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
-		nullIfEmpty(a.IdempotencyKey), a.RequestHash).Scan(&id)
-	if err != nil {
-		return "", translate(err)
-	}
-	batch := &pgx.Batch{}
+		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id)
 	var slotIDs []string
 	for _, c := range claims {
 		batch.Queue(`INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
@@ -350,10 +400,17 @@ func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []New
 		}
 	}
 	if len(slotIDs) > 0 {
-		batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id::text = ANY($1)`, slotIDs)
+		batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	}
 	batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`,
 		id, a.NodeID, js(map[string]any{"allocation_id": id, "capacity_shape": a.CapacityShape, "slot_ids": slotIDs}))
+	if a.Audit != nil {
+		r := *a.Audit
+		r.TargetID = id
+		if err := queueAudit(batch, r); err != nil {
+			return "", err
+		}
+	}
 	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
 		return "", translate(err)
 	}
@@ -386,7 +443,7 @@ func (t *Tx) Replace(ctx context.Context, allocID, nodeID string, usage any, cla
 			slotIDs = append(slotIDs, c.SlotID)
 		}
 	}
-	batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id::text = ANY($1)`, slotIDs)
+	batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	payload, _ := json.Marshal(map[string]any{"allocation_id": allocID, "capacity_shape": "gpu_slice", "slot_ids": slotIDs, "replacement": true})
 	batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`, allocID, nodeID, payload)
 	return translate(t.tx.SendBatch(ctx, batch).Close())

@@ -30,7 +30,7 @@ func open(t *testing.T) (*store.Store, string) {
 func TestMigrateIsIdempotent(t *testing.T) {
 	_, url := open(t)
 	v, err := store.Migrate(context.Background(), url)
-	if err != nil || v != 5 {
+	if err != nil || v != 6 {
 		t.Fatalf("re-migrate: version %d, %v", v, err)
 	}
 }

@@ -64,8 +64,8 @@ func (t *Tx) SetSessionTask(ctx context.Context, id, taskID string) error {
 func (s *Store) UseClientToken(ctx context.Context, id, hash, tokenID string) (TerminalSessionRecord, error) {
 	var rec TerminalSessionRecord
 	err := scanSession(s.pool.QueryRow(ctx, `UPDATE terminal_sessions SET client_used_at = now()
-		WHERE id::text = $1 AND client_token_hash = $2 AND token_id = $3 AND client_used_at IS NULL AND expires_at > now() AND status <> 'ended'
-		RETURNING `+sessionColumns, id, hash, tokenID), &rec)
+		WHERE id = $1::uuid AND client_token_hash = $2 AND token_id = $3 AND client_used_at IS NULL AND expires_at > now() AND status <> 'ended'
+		RETURNING `+sessionColumns, uuidArg(id), hash, tokenID), &rec)
 	return rec, translate(err)
 }
 
@@ -73,22 +73,22 @@ func (s *Store) UseClientToken(ctx context.Context, id, hash, tokenID string) (T
 func (s *Store) UseHostToken(ctx context.Context, id, hash, nodeID string) (TerminalSessionRecord, error) {
 	var rec TerminalSessionRecord
 	err := scanSession(s.pool.QueryRow(ctx, `UPDATE terminal_sessions SET host_used_at = now()
-		WHERE id::text = $1 AND host_token_hash = $2 AND node_id::text = $3 AND host_used_at IS NULL AND expires_at > now() AND status <> 'ended'
-		RETURNING `+sessionColumns, id, hash, nodeID), &rec)
+		WHERE id = $1::uuid AND host_token_hash = $2 AND node_id = $3::uuid AND host_used_at IS NULL AND expires_at > now() AND status <> 'ended'
+		RETURNING `+sessionColumns, uuidArg(id), hash, uuidArg(nodeID)), &rec)
 	return rec, translate(err)
 }
 
 // MarkSessionOpen records that both ends attached.
 func (s *Store) MarkSessionOpen(ctx context.Context, id string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE terminal_sessions SET status = 'open', started_at = $2 WHERE id::text = $1 AND status = 'pending'`, id, at)
+	_, err := s.pool.Exec(ctx, `UPDATE terminal_sessions SET status = 'open', started_at = $2 WHERE id = $1::uuid AND status = 'pending'`, uuidArg(id), at)
 	return translate(err)
 }
 
 // EndSession records how a session ended.
 func (t *Tx) EndSession(ctx context.Context, id string, started, ended time.Time, in, out int64, exit *int, reason, recording string) error {
 	_, err := t.tx.Exec(ctx, `UPDATE terminal_sessions SET status = 'ended', started_at = coalesce(started_at, $2), ended_at = $3,
-		bytes_in = $4, bytes_out = $5, exit_status = $6, end_reason = $7, recording = $8 WHERE id::text = $1`,
-		id, started, ended, in, out, exit, reason, recording)
+		bytes_in = $4, bytes_out = $5, exit_status = $6, end_reason = $7, recording = $8 WHERE id = $1::uuid`,
+		uuidArg(id), started, ended, in, out, exit, reason, recording)
 	return translate(err)
 }
 
@@ -105,14 +105,14 @@ func (s *Store) ListSessions(ctx context.Context, tenantID, allocationID string,
 		limit = 100
 	}
 	return queryAll(ctx, s.pool, scanSession, `SELECT `+sessionColumns+` FROM terminal_sessions
-		WHERE ($1 = '' OR tenant_id::text = $1) AND ($2 = '' OR allocation_id::text = $2) ORDER BY created_at DESC LIMIT $3`,
-		tenantID, allocationID, limit)
+		WHERE ($1::uuid IS NULL OR tenant_id = $1::uuid) AND ($2::uuid IS NULL OR allocation_id = $2::uuid) ORDER BY created_at DESC LIMIT $3`,
+		optUUID(tenantID), optUUID(allocationID), limit)
 }
 
 // GetSession returns one session (tenantID "" = any tenant).
 func (s *Store) GetSession(ctx context.Context, id, tenantID string) (TerminalSessionRecord, error) {
 	var rec TerminalSessionRecord
-	err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM terminal_sessions WHERE id::text = $1
-		AND ($2 = '' OR tenant_id::text = $2)`, id, tenantID), &rec)
+	err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM terminal_sessions WHERE id = $1::uuid
+		AND ($2::uuid IS NULL OR tenant_id = $2::uuid)`, uuidArg(id), optUUID(tenantID)), &rec)
 	return rec, translate(err)
 }

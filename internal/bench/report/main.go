@@ -1,9 +1,11 @@
-// Command report is `make bench-placement`: it runs the placement-quality churn simulation
-// (internal/bench/placement) and writes bench/placement.md, bench/placement.json and PNG plots
-// of each measure against offered load, stating the machine and the date.
+// Command report is `make bench` / `make bench-quick`: it runs the measured suites of issue 9
+// (allocation throughput and latency through the HTTPS API beside a raw-SQL pgbench reference,
+// dispatch fan-out, provisioning overhead, placement quality, scheduler cost) and writes
+// bench/report.md, bench/report.json and PNG plots, stating the machine and the date.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,26 +28,86 @@ import (
 
 func main() {
 	out := flag.String("out", "bench", "output directory")
-	nodes := flag.Int("nodes", 1000, "nodes of 8 GPUs (2 NUMA groups of 4)")
-	events := flag.Int("events", 20000, "requests per offered load")
-	quick := flag.Bool("quick", false, "a smaller run (100 nodes, 4000 requests)")
+	nodes := flag.Int("nodes", 1000, "placement simulation: nodes of 8 GPUs (2 NUMA groups of 4)")
+	events := flag.Int("events", 20000, "placement simulation: requests per offered load")
+	quick := flag.Bool("quick", false, "the day-to-day subset: smaller fleets, shorter runs")
 	seed := flag.Int64("seed", 1, "random seed (the same request sequence for every policy)")
+	only := flag.String("only", "placement,api,fanout,provision", "suites to run, comma-separated")
+	bin := flag.String("bin", "bin", "directory holding the built gpuaas binaries")
+	profile := flag.Bool("profile", false, "save CPU profiles of the controller under the output directory")
 	flag.Parse()
 	if *quick {
 		*nodes, *events = 100, 4000
 	}
-	if err := run(*out, *nodes, *events, *seed); err != nil {
+	if err := run(*out, *bin, *only, *quick, *profile, *nodes, *events, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "bench report:", err)
 		os.Exit(1)
 	}
 }
 
-var loads = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3}
-
-func run(out string, nodes, events int, seed int64) error {
+func run(out, bin, only string, quick, profile bool, nodes, events int, seed int64) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
+	absBin, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "gpuaas-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil { // PostgreSQL runs as its own user under root
+		return err
+	}
+	ctx := context.Background()
+	start := time.Now()
+	want := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		want[strings.TrimSpace(s)] = true
+	}
+	var sections []string
+	results := map[string]any{}
+	if want["api"] {
+		s, err := runAPI(ctx, work, absBin, out, quick, profile)
+		if err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+		results["api"] = s
+		sections = append(sections, s.markdown())
+	}
+	if want["placement"] {
+		md, err := runPlacement(out, nodes, events, seed)
+		if err != nil {
+			return fmt.Errorf("placement: %w", err)
+		}
+		sections = append(sections, md)
+	}
+	var b strings.Builder
+	mode := "full"
+	if quick {
+		mode = "quick"
+	}
+	fmt.Fprintf(&b, "# gpuaas benchmark report (%s)\n\n%s on %s: %d CPUs, %s memory, %s; took %s. These machines are noisy: compare ratios within one run, not absolute numbers across runs. Targets are goals, not test assertions.\n\n",
+		mode, time.Now().UTC().Format("2006-01-02 15:04Z"), hostname(), runtime.NumCPU(), memTotal(), runtime.Version(), time.Since(start).Round(time.Second))
+	for _, s := range sections {
+		b.WriteString(s)
+		b.WriteString("\n")
+	}
+	if err := writeJSON(filepath.Join(out, "report.json"), results); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("report:", filepath.Join(out, "report.md"))
+	return nil
+}
+
+var loads = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3}
+
+func runPlacement(out string, nodes, events int, seed int64) (string, error) {
 	start := time.Now()
 	res := placement.Sweep(nodes, events, loads, seed)
 	fill := map[string]float64{}
@@ -63,7 +125,7 @@ func run(out string, nodes, events int, seed int64) error {
 	took := time.Since(start)
 	js, _ := json.MarshalIndent(map[string]any{"nodes": nodes, "events_per_load": events, "seed": seed, "results": res, "fill_ratio_at_first_rejection": fill, "scheduler_cost": scale}, "", "  ")
 	if err := os.WriteFile(filepath.Join(out, "placement.json"), js, 0o644); err != nil {
-		return err
+		return "", err
 	}
 	plots := []struct {
 		file, title string
@@ -76,12 +138,12 @@ func run(out string, nodes, events int, seed int64) error {
 	}
 	for _, p := range plots {
 		if err := plot(filepath.Join(out, p.file), p.title, res, p.get); err != nil {
-			return err
+			return "", err
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Placement quality (churn simulation)\n\n%s on %s: %d CPUs, %s memory, %s. %d nodes x 8 GPUs (2 NUMA groups of 4), %d requests per offered load, seed %d; took %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04Z"), hostname(), runtime.NumCPU(), memTotal(), runtime.Version(), nodes, events, seed, took.Round(time.Second))
+	fmt.Fprintf(&b, "## Placement quality: churn simulation (items 4, 6)\n\n%d nodes x 8 GPUs (2 NUMA groups of 4), %d requests per offered load, seed %d; took %s.\n\n",
+		nodes, events, seed, took.Round(time.Second))
 	b.WriteString("Request mix by count: 1 GPU 40%, 2 GPUs 30%, 4 GPUs 20% (one NUMA group), 8 GPUs 10% (a whole node); exponential arrivals and lifetimes sized so demand = offered load x capacity. Every policy sees the same request sequence; measures come from the second half of each run (steady state).\n\n")
 	b.WriteString("- **served 4/8**: share of 4- and 8-GPU requests placed (the ones fragmentation hurts).\n- **fragmentation**: the FGD measure, free GPUs that cannot host the next request, weighted by the mix (lower is better).\n- **NUMA-local**: share of 2- and 4-GPU placements inside one NUMA group.\n- **util**: share of GPUs in use.\n\n")
 	b.WriteString("| load | policy | served 4 | served 8 | served all | fragmentation | NUMA-local | util |\n|---|---|---|---|---|---|---|---|\n")
@@ -107,11 +169,7 @@ func run(out string, nodes, events int, seed int64) error {
 		fmt.Fprintf(&b, "[%s](%s) ", p.file, p.file)
 	}
 	b.WriteString("\n")
-	if err := os.WriteFile(filepath.Join(out, "placement.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	fmt.Println("report:", filepath.Join(out, "placement.md"))
-	return nil
+	return b.String(), nil
 }
 
 func rel(a, b float64) string {

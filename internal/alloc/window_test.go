@@ -1,0 +1,44 @@
+package alloc_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+)
+
+// With a fresh capacity hint, placement reads best-fit windows of nodes; the result is the
+// same best-fit choice the full ranking makes, including past the first window, and a stale
+// hint (saying a node has slots it has not) costs a window, never a wrong placement.
+func TestWindowedPlacementMatchesBestFit(t *testing.T) {
+	b := setup(t)
+	var nodes []apiv1.Node
+	for i := range 20 {
+		nodes = append(nodes, b.addNode(fmt.Sprintf("w%02d", i), 60+i))
+	}
+	// w19 has 2 free slots in NUMA group 1, w18 has 3 free in group 1; the rest are empty.
+	b.disable(nodes[19], 0, 1, 2, 3, 4, 5)
+	b.disable(nodes[18], 0, 1, 2, 3, 4)
+	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if node, idx := b.placed(b.mustCreate(2)); node != "w19" || fmt.Sprint(idx) != "[6 7]" {
+		t.Fatalf("2 GPUs went to %s %v, want the exact fit w19 [6 7]", node, idx)
+	}
+	// The hint still says w19 has 2 free; it has none. The next 2-GPU request must skip it.
+	if node, _ := b.placed(b.mustCreate(2)); node != "w18" {
+		t.Fatalf("2 GPUs went to %s, want w18 (3 free, the best fit left)", node)
+	}
+	// 4 GPUs (one NUMA group): w18 has 1 free now and w19 none, so a clean node, by name.
+	if node, idx := b.placed(b.mustCreate(4)); node != "w00" || fmt.Sprint(idx) != "[0 1 2 3]" {
+		t.Fatalf("4 GPUs went to %s %v, want w00 [0 1 2 3]", node, idx)
+	}
+	// Fill every clean node's groups through the windows, then the fleet is out of 8-GPU hosts.
+	for i := 0; i < 17; i++ {
+		b.mustCreate(8)
+	}
+	if _, err := b.create(b.tenant, "h200-sxm-slice", 8); err == nil {
+		t.Fatal("an 8-GPU allocation was placed with no whole host left")
+	}
+	b.invariants()
+}

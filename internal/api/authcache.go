@@ -1,0 +1,60 @@
+package api
+
+import (
+	"sync"
+	"time"
+)
+
+// authCacheTTL bounds how long a verified credential is trusted without asking the database:
+// a token revoked (or a node certificate revoked) in the database is refused by every
+// controller replica within this long. It takes two queries (lookup and last-use touch) off
+// every request, long polls included.
+const (
+	authCacheTTL = 5 * time.Second
+	authCacheMax = 65536
+)
+
+// authCache maps a credential key (token hash, certificate serial) to what the database said
+// about it, for authCacheTTL.
+type authCache[V any] struct {
+	mu  sync.Mutex
+	m   map[string]authEntry[V]
+	now func() time.Time
+}
+
+type authEntry[V any] struct {
+	v  V
+	at time.Time
+}
+
+func newAuthCache[V any]() *authCache[V] {
+	return &authCache[V]{m: map[string]authEntry[V]{}, now: time.Now}
+}
+
+func (c *authCache[V]) get(key string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || c.now().Sub(e.at) >= authCacheTTL {
+		var zero V
+		return zero, false
+	}
+	return e.v, true
+}
+
+func (c *authCache[V]) put(key string, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= authCacheMax {
+		now := c.now()
+		for k, e := range c.m { // drop the expired; if none, drop everything (bounded memory)
+			if now.Sub(e.at) >= authCacheTTL {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= authCacheMax {
+			c.m = map[string]authEntry[V]{}
+		}
+	}
+	c.m[key] = authEntry[V]{v: v, at: c.now()}
+}

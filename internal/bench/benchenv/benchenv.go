@@ -1,0 +1,259 @@
+// Package benchenv starts what `make bench` measures: a private PostgreSQL (the same server
+// binaries and settings the controller embeds), the real gpuaas-controller binary serving
+// HTTPS against it, and a fleet of H200 nodes seeded straight into the database (seeding
+// 5,000 nodes through the API would measure the seeding, not the scheduler).
+package benchenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
+	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// SliceSKU is the SKU the fleet's slots are sold as (seeded by migration 002).
+const SliceSKU = "h200-sxm-slice"
+
+// Env is a running database and controller.
+type Env struct {
+	Dir      string
+	PG       *pgserver.Server
+	DBURL    string
+	Store    *store.Store
+	DB       *pgxpool.Pool // raw SQL: seeding shortcuts and invariant checks
+	StateDir string
+	Server   string // https://127.0.0.1:PORT
+	CAFile   string
+	TenantID string
+	Token    string // a tenant-scoped API token
+
+	ctl     *exec.Cmd
+	exited  chan error
+	logFile *os.File
+	hosts   int
+}
+
+// Options configures Start.
+type Options struct {
+	Dir        string   // work directory (created)
+	BinDir     string   // holds gpuaas-controller
+	ExtraFlags []string // appended to `gpuaas-controller serve`
+}
+
+// Start boots PostgreSQL, migrates, seeds a tenant, its token and a slice image, and starts
+// the controller. Stop undoes it.
+func Start(ctx context.Context, o Options) (*Env, error) {
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(o.Dir, 0o755); err != nil { // the postgres user traverses it when run as root
+		return nil, err
+	}
+	pg, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(o.Dir, "pg")})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	e := &Env{Dir: o.Dir, PG: pg, DBURL: pg.ConnString("postgres"), StateDir: filepath.Join(o.Dir, "state")}
+	if err := e.prepare(ctx); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	if err := e.StartController(ctx, o.BinDir, o.ExtraFlags...); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) prepare(ctx context.Context) error {
+	if _, err := store.Migrate(ctx, e.DBURL); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, e.DBURL, store.Options{MaxConns: 8})
+	if err != nil {
+		return err
+	}
+	e.Store = st
+	if e.DB, err = pgxpool.New(ctx, e.DBURL); err != nil {
+		return err
+	}
+	tok, err := pki.NewToken("gpa_")
+	if err != nil {
+		return err
+	}
+	e.Token = tok
+	return st.InTx(ctx, func(tx *store.Tx) error {
+		t, err := tx.CreateTenant(ctx, "bench")
+		if err != nil {
+			return err
+		}
+		e.TenantID = t.ID
+		if _, err := tx.CreateToken(ctx, "bench-tenant", pki.HashToken(tok), "tenant", t.ID, nil); err != nil {
+			return err
+		}
+		_, err = tx.CreateImage(ctx, apiv1.OSImage{Slug: "bench-slice-image", DisplayName: "bench", Version: "1", Target: "vm_slice",
+			Family: "debian", Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http", SourceRef: "https://images.example/bench.qcow2",
+			DigestSHA256: strings.Repeat("ab", 32), DefaultUsername: "debian", DriverStrategy: "none", Active: true})
+		return err
+	})
+}
+
+// StartController runs bin/gpuaas-controller serve against the database and waits until it
+// answers /healthz.
+func (e *Env) StartController(ctx context.Context, binDir string, extra ...string) error {
+	lf, err := os.Create(filepath.Join(e.Dir, "controller.log"))
+	if err != nil {
+		return err
+	}
+	e.logFile = lf
+	_ = os.Remove(filepath.Join(e.StateDir, "controller.addr"))
+	args := append([]string{"serve", "--state-dir", e.StateDir, "--listen", "127.0.0.1:0",
+		"--database-url", e.DBURL, "--log-level", "warn", "--reconcile-interval", "0"}, extra...)
+	e.ctl = exec.Command(filepath.Join(binDir, "gpuaas-controller"), args...)
+	e.ctl.Stdout, e.ctl.Stderr = lf, lf
+	e.ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // never outlive the bench
+	if err := e.ctl.Start(); err != nil {
+		return err
+	}
+	e.exited = make(chan error, 1)
+	go func() { e.exited <- e.ctl.Wait() }()
+	e.CAFile = pki.Paths{Dir: e.StateDir}.CACert()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if b, err := os.ReadFile(filepath.Join(e.StateDir, "controller.addr")); err == nil {
+			e.Server = "https://" + strings.TrimSpace(string(b))
+			c, err := e.Client()
+			if err == nil {
+				if _, err = c.Whoami(ctx); err == nil {
+					return nil
+				}
+			}
+		}
+		select {
+		case err := <-e.exited:
+			log, _ := os.ReadFile(lf.Name())
+			return fmt.Errorf("controller exited: %v\n%s", err, log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("controller not ready after 90s")
+		}
+	}
+}
+
+// PID is the controller's process id.
+func (e *Env) PID() int { return e.ctl.Process.Pid }
+
+// Client is a new API client (its own connection pool) with the tenant token.
+func (e *Env) Client() (*client.Client, error) {
+	return client.New(client.Options{Server: e.Server, CAFile: e.CAFile, Token: e.Token, UserAgent: "gpuaas-bench"})
+}
+
+// StopController stops the controller (SIGTERM, then SIGKILL after 20 s).
+func (e *Env) StopController() {
+	if e.ctl == nil || e.ctl.Process == nil {
+		return
+	}
+	_ = e.ctl.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.exited:
+	case <-time.After(20 * time.Second):
+		_ = e.ctl.Process.Kill()
+		<-e.exited
+	}
+	e.ctl = nil
+	if e.logFile != nil {
+		e.logFile.Close()
+	}
+}
+
+// Stop stops the controller and PostgreSQL.
+func (e *Env) Stop() {
+	e.StopController()
+	if e.Store != nil {
+		e.Store.Close()
+	}
+	if e.DB != nil {
+		e.DB.Close()
+	}
+	if e.PG != nil {
+		_ = e.PG.Stop()
+	}
+}
+
+// slot is fixtures.H200Slot with identities unique across a fleet of up to 65,536 hosts.
+func slot(host, i int) apiv1.SlotSpec {
+	s := fixtures.H200Slot(0, i)
+	s.NVMeDevice = fmt.Sprintf("/dev/disk/by-id/nvme-eui.%012x%04x", host+1, i)
+	s.MACAddress = fmt.Sprintf("52:54:%02x:%02x:00:%02x", host>>8, host&0xff, i)
+	s.PrivateIP = fmt.Sprintf("10.%d.%d.%d", 64+host>>8, host&0xff, 10+i)
+	return s
+}
+
+// AddNodes registers n more 8-slot H200 nodes with approved slots and a fresh heartbeat,
+// and returns their ids.
+func (e *Env) AddNodes(ctx context.Context, n int) ([]string, error) {
+	ids := make([]string, 0, n)
+	for done := 0; done < n; {
+		batch := min(250, n-done)
+		err := e.Store.InTx(ctx, func(tx *store.Tx) error {
+			for k := 0; k < batch; k++ {
+				h := e.hosts + done + k
+				nd, err := tx.CreateNode(ctx, apiv1.NodeCreate{Name: fmt.Sprintf("bench-%05d", h), Region: "bench",
+					SKU: "h200-sxm-baremetal-8g", SliceSKU: SliceSKU})
+				if err != nil {
+					return err
+				}
+				specs := make([]apiv1.SlotSpec, 8)
+				for i := range specs {
+					specs[i] = slot(h, i)
+				}
+				if _, err := tx.ApplySlots(ctx, nd.ID, specs, false); err != nil {
+					return err
+				}
+				ids = append(ids, nd.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		done += batch
+	}
+	e.hosts += n
+	return ids, e.Heartbeat(ctx)
+}
+
+// Heartbeat marks every node as heard from now (the scheduler skips silent nodes).
+func (e *Env) Heartbeat(ctx context.Context) error {
+	return e.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = now()`)
+}
+
+// Exec runs one SQL statement.
+func (e *Env) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := e.DB.Exec(ctx, sql, args...)
+	return err
+}
+
+// Int runs a query returning one integer.
+func (e *Env) Int(ctx context.Context, sql string, args ...any) (int, error) {
+	var n int
+	err := e.DB.QueryRow(ctx, sql, args...).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/bench/apibench"
+	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
+)
+
+// apiSuite is issue 9 items 1 and 2: allocation throughput and latency through the HTTPS API
+// beside the raw-SQL reference, on two fleet sizes, and the double-booking check.
+type apiSuite struct {
+	Fleets       []int              `json:"fleets"`
+	Clients      []int              `json:"clients"`
+	SecondsEach  int                `json:"seconds_each"`
+	Results      []apibench.Result  `json:"results"`
+	DoubleBooked int                `json:"double_booked_slots"`
+	PGVersion    string             `json:"postgres_version"`
+	Wakeup       []apibench.Result  `json:"wakeup_off,omitempty"`
+	Extra        map[string]float64 `json:"extra,omitempty"`
+}
+
+func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*apiSuite, error) {
+	s := &apiSuite{Fleets: []int{500, 5000}, Clients: []int{1, 16, 64}, SecondsEach: 15}
+	if quick {
+		s.Fleets, s.SecondsEach = []int{500}, 5
+	}
+	pprofAddr, err := freeLoopback()
+	if err != nil {
+		return nil, err
+	}
+	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, ExtraFlags: []string{"--pprof-listen", pprofAddr}})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	if err := env.DB.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&s.PGVersion); err != nil {
+		return nil, err
+	}
+	d := time.Duration(s.SecondsEach) * time.Second
+	have := 0
+	for _, fleet := range s.Fleets {
+		fmt.Printf("api: seeding %d nodes x 8 slots...\n", fleet)
+		if _, err := env.AddNodes(ctx, fleet-have); err != nil {
+			return nil, err
+		}
+		have = fleet
+		if err := apibench.PrepareRaw(ctx, env); err != nil {
+			return nil, err
+		}
+		for _, c := range s.Clients {
+			for _, kind := range []string{"api", "pgbench"} {
+				if err := env.Heartbeat(ctx); err != nil {
+					return nil, err
+				}
+				if err := apibench.Cleanup(ctx, env); err != nil {
+					return nil, err
+				}
+				var r apibench.Result
+				if kind == "api" {
+					var prof chan error
+					if profile && c == 16 {
+						prof = make(chan error, 1)
+						go func() {
+							prof <- fetchProfile(ctx, pprofAddr, d-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
+						}()
+					}
+					r, err = apibench.API(ctx, env, fleet, c, d)
+					if prof != nil {
+						if perr := <-prof; perr != nil {
+							fmt.Println("api: profile:", perr)
+						}
+					}
+				} else {
+					r, err = apibench.Pgbench(ctx, env, fleet, c, d)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
+				}
+				fmt.Printf("api: %-7s %5d nodes %2d clients: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  unplaced %d errors %v\n",
+					kind, fleet, c, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.Unplaced, r.Errors)
+				s.Results = append(s.Results, r)
+				n, err := apibench.DoubleBooked(ctx, env)
+				if err != nil {
+					return nil, err
+				}
+				s.DoubleBooked += n
+			}
+		}
+	}
+	return s, nil
+}
+
+func (s *apiSuite) find(kind string, nodes, clients int) apibench.Result {
+	for _, r := range s.Results {
+		if r.Kind == kind && r.Nodes == nodes && r.Clients == clients {
+			return r
+		}
+	}
+	return apibench.Result{}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
+
+func (s *apiSuite) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each row runs %d s. **api**: N workers, each with its own HTTPS connection and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.SecondsEach)
+	b.WriteString("| nodes | clients | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range s.Results {
+		errs, _ := json.Marshal(r.Errors)
+		cp50, cp99 := fmt.Sprintf("%.2f", r.CreateP50ms), fmt.Sprintf("%.2f", r.CreateP99ms)
+		if r.Kind == "pgbench" {
+			cp50, cp99 = "-", "-"
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
+	}
+	b.WriteString("\n**Targets**\n\n")
+	for _, fleet := range s.Fleets {
+		for _, c := range []int{16, 64} {
+			a, p := s.find("api", fleet, c), s.find("pgbench", fleet, c)
+			q := ratio(a.PairsPerSec, p.PairsPerSec)
+			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.0f%% of the raw-SQL rate (target >= 50%%): %s.\n", fleet, c, q*100, verdict(q >= 0.5))
+		}
+		a, p := s.find("api", fleet, 1), s.find("pgbench", fleet, 1)
+		q := ratio(a.PairP50ms, p.PairP50ms)
+		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 %.2f ms vs raw %.2f ms = %.1fx (target <= 2x): %s.\n", fleet, a.PairP50ms, p.PairP50ms, q, verdict(q > 0 && q <= 2))
+	}
+	if len(s.Fleets) > 1 {
+		small, big := s.Fleets[0], s.Fleets[len(s.Fleets)-1]
+		for _, c := range s.Clients {
+			q := ratio(s.find("api", big, c).PairsPerSec, s.find("api", small, c).PairsPerSec)
+			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate (target >= 80%%): %s.\n", c, big, q*100, small, verdict(q >= 0.8))
+		}
+	}
+	fmt.Fprintf(&b, "- double-booked slots after every run, checked in SQL (a slot with two live claims, or a live claim on an available slot): %d (target 0): %s.\n", s.DoubleBooked, verdict(s.DoubleBooked == 0))
+	return b.String()
+}
+
+func writeJSON(path string, v any) error {
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, js, 0o644)
+}
+
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// fetchProfile saves a CPU profile of the controller taken over d.
+func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(int(d.Seconds()), 1)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pprof: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -1,0 +1,139 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// addNode registers an H200 node with its eight approved slots and a fresh heartbeat.
+func addNode(t *testing.T, st *store.Store, name string, host int) apiv1.Node {
+	t.Helper()
+	ctx := context.Background()
+	var n apiv1.Node
+	err := st.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		if n, err = tx.CreateNode(ctx, apiv1.NodeCreate{Name: name, Region: "lab", SKU: "h200-sxm-baremetal-8g", SliceSKU: "h200-sxm-slice"}); err != nil {
+			return err
+		}
+		_, err = tx.ApplySlots(ctx, n.ID, fixtures.H200SlotMap(host), false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func window(t *testing.T, st *store.Store, gpus int, after *store.WindowKey, limit int) ([]string, *store.WindowKey) {
+	t.Helper()
+	var ids []string
+	var next *store.WindowKey
+	err := st.InTx(context.Background(), func(tx *store.Tx) error {
+		var err error
+		ids, next, err = tx.SliceNodeWindow(context.Background(), store.PlacementQuery{SKU: "h200-sxm-slice"}, gpus, after, limit)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, next
+}
+
+// The best-fit hint follows slot changes only through a refresh, recounts only the nodes that
+// changed, and orders windows by fewest available slots, then name.
+func TestCapacityHintAndWindows(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	var nodes []apiv1.Node
+	for i := range 3 {
+		nodes = append(nodes, addNode(t, st, fmt.Sprintf("cap-%d", i), 20+i))
+	}
+	if ids, _ := window(t, st, 1, nil, 10); len(ids) != 0 {
+		t.Fatalf("before any refresh the hint is 0 everywhere, so no window; got %v", ids)
+	}
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 3 {
+		t.Fatalf("first refresh recounts the 3 new nodes: %d, %v", n, err)
+	}
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 0 {
+		t.Fatalf("nothing changed since: %d, %v", n, err)
+	}
+	// Disable two slots of cap-2 and one of cap-1: best fit is cap-2 (6), cap-1 (7), cap-0 (8).
+	slots2, _ := st.ListSlots(ctx, nodes[2].ID)
+	slots1, _ := st.ListSlots(ctx, nodes[1].ID)
+	err := st.InTx(ctx, func(tx *store.Tx) error {
+		for _, id := range []string{slots2[0].ID, slots2[1].ID, slots1[0].ID} {
+			if err := tx.SetSlotStatus(ctx, id, "disabled", "test", nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 2 {
+		t.Fatalf("refresh recounts the two changed nodes: %d, %v", n, err)
+	}
+	ids, next := window(t, st, 1, nil, 2)
+	if len(ids) != 2 || ids[0] != nodes[2].ID || ids[1] != nodes[1].ID {
+		t.Fatalf("first window = %v, want [cap-2 cap-1]", ids)
+	}
+	if next.Available != 7 || next.Name != "cap-1" {
+		t.Fatalf("window key = %+v", next)
+	}
+	ids, _ = window(t, st, 1, next, 2)
+	if len(ids) != 1 || ids[0] != nodes[0].ID {
+		t.Fatalf("second window = %v, want [cap-0]", ids)
+	}
+	if ids, _ := window(t, st, 7, nil, 10); len(ids) != 2 {
+		t.Fatalf("7 GPUs fit by hint on cap-1 and cap-0 only, got %d nodes", len(ids))
+	}
+	// Draining nodes and silent agents are out of the window.
+	if _, err := func() (apiv1.Node, error) {
+		var n apiv1.Node
+		err := st.InTx(ctx, func(tx *store.Tx) error {
+			var err error
+			n, err = tx.SetDraining(ctx, "cap-0", true)
+			return err
+		})
+		return n, err
+	}(); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := window(t, st, 8, nil, 10); len(ids) != 0 {
+		t.Fatalf("the only 8-free node is draining; got %v", ids)
+	}
+	err = st.InTx(ctx, func(tx *store.Tx) error {
+		ids, _, err := tx.SliceNodeWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice", HeartbeatMaxAge: time.Minute}, 1, nil, 10)
+		if err == nil && len(ids) != 0 {
+			return fmt.Errorf("nodes never heard from are in the window: %v", ids)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Ids that are not UUIDs find nothing (and keep the queries on their indexes).
+func TestMalformedIDsFindNothing(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	for _, id := range []string{"", "x", "1 OR 1=1", "00000000-0000-0000-0000-00000000000g"} {
+		if _, err := st.GetAllocation(ctx, id, ""); err == nil {
+			t.Errorf("GetAllocation(%q) found something", id)
+		}
+		if _, err := st.GetTask(ctx, id); err == nil {
+			t.Errorf("GetTask(%q) found something", id)
+		}
+		if _, err := st.GetNode(ctx, id); err == nil {
+			t.Errorf("GetNode(%q) found something", id)
+		}
+	}
+}
