@@ -82,19 +82,14 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 			if i >= s.cfg.MaxAttempts {
 				break
 			}
+			var indexes []int
 			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs)
+				claims, slotIDs, idx, err := lockChoice(ctx, sp, ch, kept)
+				indexes = idx
 				if err != nil {
 					return err
 				}
-				if len(locked) != len(ch.SlotIDs) {
-					return errLostRace
-				}
-				claims := make([]store.NewClaim, 0, len(locked))
-				for _, l := range locked {
-					claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
-				}
-				return sp.Replace(ctx, id, ch.NodeID, usage(r, rec.Price, ch.NodeID, ch.SlotIDs), claims)
+				return sp.Replace(ctx, id, ch.NodeID, usage(r, rec.Price, ch.NodeID, slotIDs), claims)
 			})
 			if errors.Is(err, errLostRace) || errors.Is(err, store.ErrConflict) {
 				continue
@@ -105,7 +100,7 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 			newNode = ch.NodeName
 			return tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", Action: "allocation.replace",
 				TargetKind: "allocation", TargetID: id, Details: map[string]any{"from_node": nodeID, "to_node": ch.NodeID,
-					"slot_indexes": ch.SlotIndexes, "reason": reason}})
+					"slot_indexes": indexes, "reason": reason}})
 		}
 		return &ErrNoReplacement{Reason: fmt.Sprintf("sku_unavailable: no other node can take %d GPUs of %s", r.gpus, r.sku.SKU)}
 	})

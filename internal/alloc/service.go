@@ -292,28 +292,21 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 
 	var id string
 	attempts, lost := 0, 0
-	outcome, err := s.placeSlice(ctx, tx, r, func(out sched.Outcome) (bool, error) {
+	outcome, err := s.placeSlice(ctx, tx, r, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
 		for _, ch := range out.Choices {
 			if attempts >= s.cfg.MaxAttempts {
 				return true, nil
 			}
 			attempts++
 			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs)
+				claims, slotIDs, indexes, err := lockChoice(ctx, sp, ch, cands)
 				if err != nil {
 					return err
 				}
-				if len(locked) != len(ch.SlotIDs) {
-					return errLostRace
-				}
-				claims := make([]store.NewClaim, 0, len(locked))
-				for _, l := range locked {
-					claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
-				}
 				na.NodeID = ch.NodeID
-				na.UsageSnapshot = usage(r, price, ch.NodeID, ch.SlotIDs)
+				na.UsageSnapshot = usage(r, price, ch.NodeID, slotIDs)
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
-					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": ch.SlotIndexes, "image": img.Slug, "profile": profile.Name})
+					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": img.Slug, "profile": profile.Name})
 				na.Audit = &rec
 				id, err = sp.InsertAllocation(ctx, na, claims)
 				return err
@@ -358,7 +351,7 @@ const (
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
 // non-empty ranking to try until try reports done (a reservation made, or an error). It
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
-func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try func(sched.Outcome) (bool, error)) (sched.Outcome, error) {
+func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try func(sched.Outcome, []store.CandidateSlot) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	var after *store.WindowKey
 	for w := 0; w < windowsBeforeFullScan; w++ {
@@ -378,7 +371,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try f
 			return out, err
 		}
 		if len(out.Choices) > 0 {
-			if done, err := try(out); done || err != nil {
+			if done, err := try(out, cands); done || err != nil {
 				return out, err
 			}
 		}
@@ -395,8 +388,43 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try f
 	if err != nil || len(out.Choices) == 0 {
 		return out, err
 	}
-	_, err = try(out)
+	_, err = try(out, cands)
 	return out, err
+}
+
+// lockChoice locks a choice's slots, or equivalent ones: free candidate slots of the same node
+// and the same NUMA groups, when concurrent requests hold some of the chosen ones (a full-host
+// choice has no equivalents). It returns the claims and the slots' ids and indexes, or
+// errLostRace.
+func lockChoice(ctx context.Context, sp *store.Tx, ch sched.Choice, cands []store.CandidateSlot) ([]store.NewClaim, []string, []int, error) {
+	alts := ch.SlotIDs
+	if len(ch.NUMANodes) > 0 {
+		alts = nil
+		for _, c := range cands {
+			if c.NodeID == ch.NodeID && slices.Contains(ch.NUMANodes, max(c.NUMANode, -1)) {
+				alts = append(alts, c.SlotID)
+			}
+		}
+		if len(alts) < len(ch.SlotIDs) {
+			alts = ch.SlotIDs
+		}
+	}
+	locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs, alts, len(ch.SlotIDs))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(locked) != len(ch.SlotIDs) {
+		return nil, nil, nil, errLostRace
+	}
+	claims := make([]store.NewClaim, 0, len(locked))
+	ids := make([]string, 0, len(locked))
+	idx := make([]int, 0, len(locked))
+	for _, l := range locked {
+		claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
+		ids = append(ids, l.ID)
+		idx = append(idx, l.SlotIndex)
+	}
+	return claims, ids, idx, nil
 }
 
 func (s *Service) rank(ctx context.Context, tx *store.Tx, r request, cands []store.CandidateSlot) (sched.Outcome, error) {

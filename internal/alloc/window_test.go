@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // With a fresh capacity hint, placement reads best-fit windows of nodes; the result is the
@@ -39,6 +40,44 @@ func TestWindowedPlacementMatchesBestFit(t *testing.T) {
 	}
 	if _, err := b.create(b.tenant, "h200-sxm-slice", 8); err == nil {
 		t.Fatal("an 8-GPU allocation was placed with no whole host left")
+	}
+	b.invariants()
+}
+
+// A request whose chosen slots are locked by a concurrent reservation takes equivalent free
+// slots of the same NUMA group instead of failing or moving to a worse placement.
+func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
+	b := setup(t)
+	n := b.addNode("subst", 90, withSlots(0, 1, 2, 3))
+	slots, err := b.st.ListSlots(b.ctx, n.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.st.InTx(b.ctx, func(tx *store.Tx) error {
+			for _, s := range slots[:2] { // a concurrent scheduler holds slots 0 and 1
+				if _, err := tx.SlotStatus(b.ctx, s.ID); err != nil {
+					return err
+				}
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	a, err := b.create(b.tenant, "h200-sxm-slice", 2)
+	close(release)
+	if err != nil {
+		t.Fatalf("2 GPUs with 2 of 4 group slots locked: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if node, idx := b.placed(a); node != "subst" || fmt.Sprint(idx) != "[2 3]" {
+		t.Fatalf("placed on %s %v, want subst [2 3]", node, idx)
 	}
 	b.invariants()
 }

@@ -32,6 +32,8 @@ type Config struct {
 	TerminalRecordDir    string        `mapstructure:"terminal_record_dir"`
 	TerminalIdle         time.Duration `mapstructure:"terminal_idle"`
 	TerminalMaxPerTenant int           `mapstructure:"terminal_max_per_tenant"`
+	// ReplicaWakeups publishes task wake-ups through PostgreSQL NOTIFY for other replicas.
+	ReplicaWakeups bool `mapstructure:"replica_wakeups"`
 	// PprofListen serves net/http/pprof on a loopback address for profiling (empty: off).
 	PprofListen string `mapstructure:"pprof_listen"`
 }
@@ -71,6 +73,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Duration(n, 30*time.Minute, "end a terminal session after this long without traffic")
 		case "terminal-max-per-tenant":
 			fs.Int(n, 8, "concurrent terminal sessions per tenant")
+		case "replica-wakeups":
+			fs.Bool(n, true, "wake long polls held by other controller replicas through PostgreSQL NOTIFY (false: single replica)")
 		case "pprof-listen":
 			fs.String(n, "", "serve Go pprof profiles on this loopback HOST:PORT (debugging; empty: off)")
 		case "config":

@@ -33,6 +33,10 @@ type Config struct {
 	// that counts as reachable.
 	ReconcileEvery  time.Duration
 	ReconcileMaxAge time.Duration
+	// NoReplicaWakeups skips the PostgreSQL NOTIFY that wakes long polls held by other
+	// controller replicas (a single-replica deployment; those polls then find their task when
+	// their wait ends). Polls on this replica are always woken in process.
+	NoReplicaWakeups bool
 }
 
 func (c *Config) defaults() {
@@ -188,12 +192,20 @@ func (d *Dispatcher) ProcessOutbox(ctx context.Context, limit int) (int, error) 
 		return 0, err
 	}
 	for _, n := range nodes {
-		d.hub.Wake(n)
-		if err := d.st.Notify(ctx, NotifyChannel, n); err != nil {
-			d.log.Warn("notify", "node", n, "err", err)
-		}
+		d.wake(ctx, n)
 	}
 	return handled, nil
+}
+
+// wake signals this replica's polls for node at once and, through NOTIFY, the other replicas'.
+func (d *Dispatcher) wake(ctx context.Context, node string) {
+	d.hub.Wake(node)
+	if d.cfg.NoReplicaWakeups {
+		return
+	}
+	if err := d.st.Notify(ctx, NotifyChannel, node); err != nil {
+		d.log.Warn("notify", "node", node, "err", err)
+	}
 }
 
 // taskFor maps an outbox event to the task it needs, or nil for informational events.
@@ -465,10 +477,7 @@ func (d *Dispatcher) QueueTask(ctx context.Context, nodeID string, t task.Type, 
 	if err != nil {
 		return "", err
 	}
-	d.hub.Wake(nodeID)
-	if err := d.st.Notify(ctx, NotifyChannel, nodeID); err != nil {
-		d.log.Warn("notify", "node", nodeID, "err", err)
-	}
+	d.wake(ctx, nodeID)
 	return id, nil
 }
 

@@ -230,11 +230,13 @@ type LockedSlot struct {
 	Snapshot  map[string]any
 }
 
-// LockAvailableSlots locks the given slots of a node FOR UPDATE SKIP LOCKED, re-checking under
-// the lock that they are still available. Fewer rows than ids means another scheduler won the
-// race.
-func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, ids []string) ([]LockedSlot, error) {
-	rows, err := t.tx.Query(ctx, `		SELECT s.id::text, s.node_id::text, s.slot_index,
+// LockAvailableSlots locks n available slots of a node FOR UPDATE SKIP LOCKED, taken from
+// alternates (which must include preferred), the preferred ones first, then by slot index, and
+// re-checked under the lock to still be available. Fewer than n rows means concurrent
+// schedulers hold the rest. Alternates let a request that lost its preferred slots to a
+// concurrent one take equivalent slots (the same NUMA groups) instead of failing.
+func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, alternates []string, n int) ([]LockedSlot, error) {
+	rows, err := t.tx.Query(ctx, `SELECT s.id::text, s.node_id::text, s.slot_index,
 			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''),
 			jsonb_build_object('slot_id', s.id, 'slot_index', s.slot_index, 'numa_node', s.numa_node,
 				'pci_address', s.pci_address, 'gpu_model', s.gpu_model, 'gpu_uuid', s.gpu_uuid,
@@ -246,8 +248,9 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, ids []string
 				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy')
 		FROM node_resource_slots s
 		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available'
-		ORDER BY s.slot_index
-		FOR UPDATE SKIP LOCKED`, uuidsArg(ids), uuidArg(nodeID))
+		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index
+		LIMIT $4
+		FOR UPDATE SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -381,13 +384,15 @@ func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []New
 		a.SSHPublicKeys = []string{}
 	}
 	// One round trip: the id is made here so the claims, outbox event and audit record can
-	// ride in the same batch as the allocation row.
+	// ride in the same batch as the allocation row. created_at is the insert's own time (the
+	// end of placement, just before commit), not the transaction's start.
 	id := uuid.NewString()
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
-			ssh_public_keys, idempotency_key, request_hash)
-		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
+			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at)
+		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
+			clock_timestamp(), clock_timestamp())`,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
 		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id)

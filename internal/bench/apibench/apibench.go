@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,14 +32,14 @@ type Result struct {
 	Nodes       int            `json:"nodes"`
 	Clients     int            `json:"clients"`
 	Seconds     float64        `json:"seconds"`
-	Pairs       int            `json:"pairs"`          // create+release pairs completed
-	PairsPerSec float64        `json:"pairs_per_sec"`  //
-	PairP50ms   float64        `json:"pair_p50_ms"`    // create+release, one pair
-	PairP99ms   float64        `json:"pair_p99_ms"`    //
-	CreateP50ms float64        `json:"create_p50_ms"`  // create alone (api) / reserve transaction (pgbench)
-	CreateP99ms float64        `json:"create_p99_ms"`  //
-	Unplaced    int            `json:"unplaced"`       // creates refused for capacity (retryable)
-	Errors      map[string]int `json:"errors"`         // other failures by error code
+	Pairs       int            `json:"pairs"`           // create+release pairs completed
+	PairsPerSec float64        `json:"pairs_per_sec"`   //
+	PairP50ms   float64        `json:"pair_p50_ms"`     // create+release, one pair
+	PairP99ms   float64        `json:"pair_p99_ms"`     //
+	CreateP50ms float64        `json:"create_p50_ms"`   // create alone (api) / reserve transaction (pgbench)
+	CreateP99ms float64        `json:"create_p99_ms"`   //
+	Unplaced    int            `json:"unplaced"`        // creates refused for capacity (retryable)
+	Errors      map[string]int `json:"errors"`          // other failures by error code
 	Notes       string         `json:"notes,omitempty"` //
 }
 
@@ -108,8 +107,8 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	}
 	res.Pairs = len(pairs)
 	res.PairsPerSec = float64(len(pairs)) / res.Seconds
-	res.PairP50ms, res.PairP99ms = pct(pairs, 50), pct(pairs, 99)
-	res.CreateP50ms, res.CreateP99ms = pct(creates, 50), pct(creates, 99)
+	res.PairP50ms, res.PairP99ms = benchenv.Percentile(pairs, 50), benchenv.Percentile(pairs, 99)
+	res.CreateP50ms, res.CreateP99ms = benchenv.Percentile(creates, 50), benchenv.Percentile(creates, 99)
 	return res, nil
 }
 
@@ -119,16 +118,6 @@ func code(err error) string {
 		return ae.Code
 	}
 	return "transport"
-}
-
-func pct(ds []time.Duration, p int) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p + 99) / 100
-	return float64(s[max(i-1, 0)].Microseconds()) / 1000
 }
 
 // reserveRelease is the raw-SQL reference: the same rows our Create and cancel-Release write
@@ -209,7 +198,7 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 	if err != nil {
 		return res, err
 	}
-	res.PairP50ms, res.PairP99ms = pct(lat, 50), pct(lat, 99)
+	res.PairP50ms, res.PairP99ms = benchenv.Percentile(lat, 50), benchenv.Percentile(lat, 99)
 	// The reserve transaction alone is about half the pair (two transactions of similar size);
 	// pgbench logs whole scripts, so create latency is not reported separately.
 	res.Notes = "latency per script (reserve + release transactions)"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -256,4 +257,15 @@ func (e *Env) Int(ctx context.Context, sql string, args ...any) (int, error) {
 	var n int
 	err := e.DB.QueryRow(ctx, sql, args...).Scan(&n)
 	return n, err
+}
+
+// Percentile is the p-th percentile (nearest rank) of ds in milliseconds; 0 for none.
+func Percentile(ds []time.Duration, p int) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	return float64(s[max(i-1, 0)].Microseconds()) / 1000
 }

@@ -77,6 +77,14 @@ func run(out, bin, only string, quick, profile bool, nodes, events int, seed int
 		results["api"] = s
 		sections = append(sections, s.markdown())
 	}
+	if want["provision"] {
+		s, err := runProvision(ctx, work, absBin, quick)
+		if err != nil {
+			return fmt.Errorf("provision: %w", err)
+		}
+		results["provision"] = s
+		sections = append(sections, s.markdown())
+	}
 	if want["placement"] {
 		md, err := runPlacement(out, nodes, events, seed)
 		if err != nil {

@@ -1,0 +1,298 @@
+// Package provision measures provisioning overhead (issue 9 item 5): from an allocation's
+// commit to the first provisioning phase started on its host, with many allocations created
+// at once, on real gpuaas-hostd processes (sim runtime: the VM itself is simulated, every
+// other step is real: enrollment, mTLS long polls, signed tasks, progress and results).
+package provision
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
+	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/topology/fixture"
+)
+
+// Result is one measured burst.
+type Result struct {
+	Hosts            int     `json:"hosts"`
+	Allocations      int     `json:"allocations"`
+	FirstPhaseP50ms  float64 `json:"first_phase_p50_ms"` // commit -> first phase started on the host
+	FirstPhaseP99ms  float64 `json:"first_phase_p99_ms"`
+	FirstPhaseMaxms  float64 `json:"first_phase_max_ms"`
+	QueuedP50ms      float64 `json:"queued_p50_ms"` // commit -> host task queued by the outbox worker
+	QueuedP99ms      float64 `json:"queued_p99_ms"`
+	ActiveP50ms      float64 `json:"active_p50_ms"` // commit -> allocation active (17 phases at the sim delay)
+	ActiveP99ms      float64 `json:"active_p99_ms"`
+	SimPhaseDelayMS  int     `json:"sim_phase_delay_ms"`
+	Failed           int     `json:"failed"`
+	SetupSeconds     float64 `json:"setup_seconds"`
+	ReleasedVerified int     `json:"released"`
+}
+
+// Fleet is a set of enrolled sim hosts with approved slots.
+type Fleet struct {
+	env    *benchenv.Env
+	bin    string
+	admin  *client.Client
+	ctlEnv []string
+	procs  []*exec.Cmd
+	image  string
+}
+
+const simPhaseDelay = 20 * time.Millisecond
+
+// Start registers hosts nodes, enrolls a gpuaas-hostd (sim runtime, a generated 8x H200
+// host tree: the fake boundary for hardware this machine lacks) for each, discovers their
+// topology through signed tasks and approves their slots, as an operator would.
+func Start(ctx context.Context, env *benchenv.Env, bin string, hosts int) (*Fleet, error) {
+	tokFile := pki.Paths{Dir: env.StateDir}.AdminToken()
+	tok, err := os.ReadFile(tokFile)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := client.New(client.Options{Server: env.Server, CAFile: env.CAFile, Token: string(bytes.TrimSpace(tok)), UserAgent: "gpuaas-bench"})
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{env: env, bin: bin, admin: admin,
+		ctlEnv: append(os.Environ(), "GPUAAS_SERVER="+env.Server, "GPUAAS_CA_FILE="+env.CAFile, "GPUAAS_TOKEN_FILE="+tokFile, "NO_COLOR=1")}
+	if err := f.registerImage(ctx); err != nil {
+		return nil, err
+	}
+	type started struct {
+		name string
+		err  error
+	}
+	results := make(chan started, hosts)
+	for i := 0; i < hosts; i++ {
+		name := fmt.Sprintf("prov-%03d", i)
+		dir := filepath.Join(env.Dir, "hosts", name)
+		cmd, err := f.enroll(ctx, name, dir)
+		if err != nil {
+			f.Stop()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		f.procs = append(f.procs, cmd)
+		go func() { results <- started{name, f.approve(ctx, name)} }()
+	}
+	var errs []error
+	for i := 0; i < hosts; i++ {
+		if r := <-results; r.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", r.name, r.err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+// registerImage adds a digest-pinned slice image whose artifact is a local file.
+func (f *Fleet) registerImage(ctx context.Context) error {
+	art := filepath.Join(f.env.Dir, "bench-image.qcow2")
+	data := bytes.Repeat([]byte("gpuaas bench image\n"), 4096)
+	if err := os.WriteFile(art, data, 0o644); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	f.image = "bench-file-image"
+	_, err := f.admin.CreateImage(ctx, apiv1.OSImage{Slug: f.image, DisplayName: "bench file image", Version: "1", Target: "vm_slice",
+		Family: "debian", Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http", SourceRef: "file://" + art,
+		DigestSHA256: hex.EncodeToString(sum[:]), DefaultUsername: "debian", DriverStrategy: "none", Active: true})
+	return err
+}
+
+func (f *Fleet) enroll(ctx context.Context, name, dir string) (*exec.Cmd, error) {
+	n, err := f.admin.CreateNode(ctx, apiv1.NodeCreate{Name: name, Region: "bench", SKU: "h200-sxm-baremetal-8g", SliceSKU: benchenv.SliceSKU,
+		ProfileTags: []string{"gpuaas-profile-slice-vm"}, HardwareTags: []string{"gpu-nvidia-h200"}})
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(dir, "root")
+	if err := fixture.Write(root, fixture.H200()); err != nil {
+		return nil, err
+	}
+	evidence := filepath.Join(root, "var/lib/gpuaas/firmware-profile/evidence.json")
+	if err := os.MkdirAll(filepath.Dir(evidence), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(evidence, []byte(`{"profile_tag":"gpuaas-profile-slice-vm","version":"fixture-1","status":"verified"}`), 0o644); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "hostd.yaml")
+	out, err := exec.CommandContext(ctx, filepath.Join(f.bin, "gpuaas-hostd"), "enroll", "--server", f.env.Server, "--ca-file", f.env.CAFile,
+		"--token", n.BootstrapToken, "--config", cfg, "--runtime", "sim", "--host-root", root, "--state-dir", filepath.Join(dir, "state")).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("enroll: %v\n%s", err, out)
+	}
+	log, err := os.Create(filepath.Join(dir, "hostd.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(f.bin, "gpuaas-hostd"), "run", "--config", cfg, "--heartbeat", "2s",
+		"--sim-phase-delay", simPhaseDelay.String(), "--max-concurrent", "8")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// approve waits for the host's first heartbeat, then discovers and approves its slots.
+func (f *Fleet) approve(ctx context.Context, name string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n, err := f.admin.GetNode(ctx, name)
+		if err == nil && n.LastHeartbeatAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no heartbeat in 60s (last error %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, args := range [][]string{{"topology", "discover", name, "--wait"}, {"slots", "approve", name, "--all-ready", "--yes"}} {
+		cmd := exec.CommandContext(ctx, filepath.Join(f.bin, "gpuaasctl"), args...)
+		cmd.Env = f.ctlEnv
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("gpuaasctl %v: %v\n%s", args, err, out)
+		}
+	}
+	return nil
+}
+
+// Stop ends the host daemons.
+func (f *Fleet) Stop() {
+	for _, p := range f.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range f.procs {
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+		}
+	}
+	f.procs = nil
+}
+
+// Burst creates n 1-GPU allocations at once (one client each), waits until every one is
+// active or failed, reads each provisioning task's first phase start, then releases them all.
+func (f *Fleet) Burst(ctx context.Context, n int) (Result, error) {
+	res := Result{Hosts: len(f.procs), Allocations: n, SimPhaseDelayMS: int(simPhaseDelay.Milliseconds())}
+	type made struct {
+		a   *apiv1.Allocation
+		err error
+	}
+	out := make([]made, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		c, err := f.env.Client()
+		if err != nil {
+			return res, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			a, err := c.CreateAllocation(ctx, apiv1.AllocationCreate{SKU: benchenv.SliceSKU, GPUs: 1, Image: f.image}, "")
+			out[i] = made{a, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var firsts, queued, actives []time.Duration
+	tenant, err := f.env.Client()
+	if err != nil {
+		return res, err
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, m := range out {
+		if m.err != nil {
+			return res, fmt.Errorf("create: %w", m.err)
+		}
+		var a *apiv1.Allocation
+		for {
+			a, err = tenant.GetAllocation(ctx, m.a.ID)
+			if err != nil {
+				return res, err
+			}
+			if a.Status == "active" || a.Status == "failed" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if a.Status != "active" {
+			res.Failed++
+			continue
+		}
+		tasks, err := f.admin.ListTasks(ctx, "", a.ID)
+		if err != nil {
+			return res, err
+		}
+		first := time.Time{}
+		for _, t := range tasks {
+			if t.Type != "slice.vm_provision" {
+				continue
+			}
+			full, err := f.admin.GetTask(ctx, t.ID)
+			if err != nil {
+				return res, err
+			}
+			if len(full.Phases) > 0 && (first.IsZero() || full.Phases[0].StartedAt.Before(first)) {
+				first = full.Phases[0].StartedAt
+				queued = append(queued, full.CreatedAt.Sub(a.CreatedAt))
+			}
+		}
+		if first.IsZero() {
+			return res, fmt.Errorf("allocation %s: no provisioning phases recorded", a.ID)
+		}
+		firsts = append(firsts, first.Sub(a.CreatedAt))
+		if a.ActiveAt != nil {
+			actives = append(actives, a.ActiveAt.Sub(a.CreatedAt))
+		}
+	}
+	res.FirstPhaseP50ms, res.FirstPhaseP99ms, res.FirstPhaseMaxms = benchenv.Percentile(firsts, 50), benchenv.Percentile(firsts, 99), benchenv.Percentile(firsts, 100)
+	res.ActiveP50ms, res.ActiveP99ms = benchenv.Percentile(actives, 50), benchenv.Percentile(actives, 99)
+	res.QueuedP50ms, res.QueuedP99ms = benchenv.Percentile(queued, 50), benchenv.Percentile(queued, 99)
+	for _, m := range out {
+		if _, err := tenant.ReleaseAllocation(ctx, m.a.ID); err != nil {
+			return res, fmt.Errorf("release: %w", err)
+		}
+	}
+	for _, m := range out {
+		for {
+			a, err := tenant.GetAllocation(ctx, m.a.ID)
+			if err != nil {
+				return res, err
+			}
+			if a.Status == "released" {
+				res.ReleasedVerified++
+				break
+			}
+			if time.Now().After(deadline) {
+				return res, fmt.Errorf("allocation %s still %s after release", a.ID, a.Status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return res, nil
+}
