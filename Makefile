@@ -48,13 +48,16 @@ demo: deps build
 lab: deps
 	$(GO) test -count=1 -v -run 'TestScripts/lab_vm' ./internal/e2e | grep -E 'slice\.vm_(provision|release) #|^\s*--- |^(ok|FAIL)'
 
-bench: deps
+# bench measures issue 9's targets side by side in one run (these machines are noisy: only
+# ratios within a run are stable) and writes bench/report.md + JSON + plots; up to ~20 minutes.
+# BENCH_ARGS=--profile also saves controller CPU profiles.
+bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...
-	$(GO) run ./internal/bench/report --out bench
+	$(GO) run ./internal/bench/report --bin bin --out bench $(BENCH_ARGS)
 
-# bench-quick is the day-to-day subset (< 3 minutes): the placement simulation on 100 nodes.
-bench-quick:
-	$(GO) run ./internal/bench/report --quick --out bench
+# bench-quick is the day-to-day subset (< 3 minutes): smaller fleets, shorter runs.
+bench-quick: deps build
+	$(GO) run ./internal/bench/report --quick --bin bin --out bench $(BENCH_ARGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -216,24 +216,18 @@ func (s *Service) transition(ctx context.Context, id, from, to, slotTo, reason s
 		if rec.Status != from || !CanTransition(AllocationTransitions, from, to) {
 			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not %s", id, rec.Status, from)}
 		}
-		if err := tx.SetAllocationStatus(ctx, id, to, reason, now); err != nil {
-			return err
-		}
 		claimTo := to
 		if to == AllocFailed {
 			claimTo = "failed"
 		}
+		var slots []string
 		for _, c := range rec.Claims {
 			if c.SlotID != "" && slotTo != "" && c.Status != "released" {
-				if err := tx.SetSlotStatus(ctx, c.SlotID, slotTo, reason, nil); err != nil {
-					return err
-				}
+				slots = append(slots, c.SlotID)
 			}
 		}
-		if err := tx.SetClaimsStatus(ctx, id, claimTo, now); err != nil {
-			return err
-		}
-		return tx.QueueOutbox(ctx, "allocation."+to, id, rec.NodeID, map[string]any{"allocation_id": id, "reason": reason})
+		return tx.Transition(ctx, store.Transition{AllocationID: id, NodeID: rec.NodeID, To: to, Reason: reason, At: now,
+			SlotIDs: slots, SlotTo: slotTo, ClaimTo: claimTo})
 	})
 }
 

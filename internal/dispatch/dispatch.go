@@ -144,9 +144,14 @@ func (d *Dispatcher) capacityLoop(ctx context.Context) {
 	}
 }
 
+// outboxBatch is how many events one outbox transaction turns into tasks: small, because the
+// hosts are woken only when it commits (a burst of allocations reaches its hosts in steps of
+// this size instead of all at the end of one long transaction).
+const outboxBatch = 8
+
 func (d *Dispatcher) drainOutbox(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := d.ProcessOutbox(ctx, 50)
+		n, err := d.ProcessOutbox(ctx, outboxBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Error("outbox", "err", err)

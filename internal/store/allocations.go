@@ -122,16 +122,49 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 		ORDER BY a.created_at DESC, a.id LIMIT $3`, optUUID(f.TenantID), f.Status, f.Limit)
 }
 
+const setAllocationStatusSQL = `UPDATE allocations SET status = $2::text,
+		failure_reason = CASE WHEN $3::text <> '' THEN $3::text ELSE failure_reason END,
+		active_at = CASE WHEN $2::text = 'active' THEN $4::timestamptz ELSE active_at END,
+		releasing_at = CASE WHEN $2::text = 'releasing' AND releasing_at IS NULL THEN $4::timestamptz ELSE releasing_at END,
+		released_at = CASE WHEN $2::text = 'released' THEN $4::timestamptz ELSE released_at END,
+		placement_status = CASE WHEN $2::text = 'released' THEN 'released' ELSE placement_status END
+	WHERE id = $1`
+
+const setClaimsStatusSQL = `UPDATE allocation_resource_claims SET status = $2::text,
+		released_at = CASE WHEN $2::text IN ('released', 'failed') THEN $3::timestamptz ELSE NULL END
+	WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`
+
 // SetAllocationStatus moves an allocation; the database trigger rejects invalid transitions.
 func (t *Tx) SetAllocationStatus(ctx context.Context, id, status, failureReason string, at time.Time) error {
-	_, err := t.tx.Exec(ctx, `UPDATE allocations SET status = $2::text,
-			failure_reason = CASE WHEN $3::text <> '' THEN $3::text ELSE failure_reason END,
-			active_at = CASE WHEN $2::text = 'active' THEN $4::timestamptz ELSE active_at END,
-			releasing_at = CASE WHEN $2::text = 'releasing' AND releasing_at IS NULL THEN $4::timestamptz ELSE releasing_at END,
-			released_at = CASE WHEN $2::text = 'released' THEN $4::timestamptz ELSE released_at END,
-			placement_status = CASE WHEN $2::text = 'released' THEN 'released' ELSE placement_status END
-		WHERE id = $1`, id, status, failureReason, at)
+	_, err := t.tx.Exec(ctx, setAllocationStatusSQL, id, status, failureReason, at)
 	return translate(err)
+}
+
+// Transition is an allocation's move with its claims and slots (see Tx.Transition).
+type Transition struct {
+	AllocationID, NodeID string
+	To, Reason           string
+	At                   time.Time
+	SlotIDs              []string // moved to SlotTo (the trigger refuses invalid moves)
+	SlotTo, ClaimTo      string
+}
+
+// Transition moves an allocation, its live claims and the given slots, and queues the
+// allocation.<to> outbox event, in one round trip.
+func (t *Tx) Transition(ctx context.Context, tr Transition) error {
+	payload, err := json.Marshal(map[string]any{"allocation_id": tr.AllocationID, "reason": tr.Reason})
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(setAllocationStatusSQL, tr.AllocationID, tr.To, tr.Reason, tr.At)
+	if len(tr.SlotIDs) > 0 && tr.SlotTo != "" {
+		b.Queue(`UPDATE node_resource_slots SET status = $2, status_reason = $3 WHERE id = ANY($1::uuid[])`, uuidsArg(tr.SlotIDs), tr.SlotTo, tr.Reason)
+	}
+	b.Queue(setClaimsStatusSQL, tr.AllocationID, tr.ClaimTo, tr.At)
+	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ($1, $2, $3, $4)`,
+		"allocation."+tr.To, tr.AllocationID, nullIfEmpty(tr.NodeID), payload)
+	return translate(t.tx.SendBatch(ctx, b).Close())
 }
 
 // CancelRequested releases an allocation that never reached its host, in one round trip:
@@ -159,9 +192,7 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 
 // SetClaimsStatus moves every non-final claim of an allocation.
 func (t *Tx) SetClaimsStatus(ctx context.Context, allocID, status string, at time.Time) error {
-	_, err := t.tx.Exec(ctx, `UPDATE allocation_resource_claims SET status = $2::text,
-			released_at = CASE WHEN $2::text IN ('released', 'failed') THEN $3::timestamptz ELSE NULL END
-		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, allocID, status, at)
+	_, err := t.tx.Exec(ctx, setClaimsStatusSQL, allocID, status, at)
 	return translate(err)
 }
 

@@ -97,6 +97,29 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			}
 		}
 	}
+	// The wake-up path's cost: the same 16-client run with the controller's NOTIFY to other
+	// replicas turned off (polls on the replica itself are woken in process either way).
+	fleet := s.Fleets[0]
+	if err := env.Exec(ctx, `DELETE FROM node_capacity_dirty`); err != nil {
+		return nil, err
+	}
+	env.StopController()
+	if err := env.StartController(ctx, bin, "--replica-wakeups=false"); err != nil {
+		return nil, err
+	}
+	if err := env.Heartbeat(ctx); err != nil {
+		return nil, err
+	}
+	if err := apibench.Cleanup(ctx, env); err != nil {
+		return nil, err
+	}
+	r, err := apibench.API(ctx, env, fleet, 16, d)
+	if err != nil {
+		return nil, fmt.Errorf("wake-ups off: %w", err)
+	}
+	r.Notes = "controller --replica-wakeups=false"
+	fmt.Printf("api: wake-ups off %5d nodes 16 clients: %7.1f pairs/s\n", fleet, r.PairsPerSec)
+	s.Wakeup = append(s.Wakeup, r)
 	return s, nil
 }
 
@@ -152,6 +175,13 @@ func (s *apiSuite) markdown() string {
 			q := ratio(s.find("api", big, c).PairsPerSec, s.find("api", small, c).PairsPerSec)
 			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate (target >= 80%%): %s.\n", c, big, q*100, small, verdict(q >= 0.8))
 		}
+	}
+	if len(s.Wakeup) > 0 {
+		off := s.Wakeup[0]
+		on := s.find("api", off.Nodes, off.Clients)
+		cost := 1 - ratio(on.PairsPerSec, off.PairsPerSec)
+		fmt.Fprintf(&b, "- wake-up path (NOTIFY after each dispatch commit, for other replicas' long polls): %d clients on %d nodes ran %.1f pairs/s with it and %.1f without, a cost of %.0f%% (target <= 10%%; negative means noise): %s.\n",
+			off.Clients, off.Nodes, on.PairsPerSec, off.PairsPerSec, cost*100, verdict(cost <= 0.10))
 	}
 	fmt.Fprintf(&b, "- double-booked slots after every run, checked in SQL (a slot with two live claims, or a live claim on an available slot): %d (target 0): %s.\n", s.DoubleBooked, verdict(s.DoubleBooked == 0))
 	return b.String()
