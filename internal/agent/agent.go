@@ -331,11 +331,14 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 
 func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.Result {
 	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
-	rec := &slicevm.Recorder{TaskID: env.TaskID, OnUpdate: func(ph []task.Phase) { a.progress(env.TaskID, ph) }}
-	// Keep the lease alive through long phases: report progress at least every 10s.
+	// Live progress goes out in the background, coalesced: a phase never waits for the
+	// controller, and a burst of short phases costs one report per progressEvery, not one each.
 	keep, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
+	pump := newProgressPump()
+	rec := &slicevm.Recorder{TaskID: env.TaskID, OnUpdate: pump.update}
 	go func() {
+		// Keep the lease alive through long phases: report progress at least every 10s.
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		for {
@@ -343,7 +346,12 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 			case <-keep.Done():
 				return
 			case <-t.C:
-				a.progress(env.TaskID, rec.Phases())
+				pump.update(rec.Phases())
+			case <-pump.wake:
+			}
+			if ph, ok := pump.take(); ok {
+				a.progress(env.TaskID, ph)
+				sleepCtx(keep, progressEvery)
 			}
 		}
 	}()
@@ -419,6 +427,37 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		res.Status = "succeeded"
 	}
 	return res
+}
+
+// progressEvery is the most often one task's live progress is reported.
+const progressEvery = 250 * time.Millisecond
+
+// progressPump holds a task's latest phases until the reporter takes them.
+type progressPump struct {
+	mu     sync.Mutex
+	latest []task.Phase
+	dirty  bool
+	wake   chan struct{}
+}
+
+func newProgressPump() *progressPump { return &progressPump{wake: make(chan struct{}, 1)} }
+
+func (p *progressPump) update(ph []task.Phase) {
+	p.mu.Lock()
+	p.latest, p.dirty = ph, true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *progressPump) take() ([]task.Phase, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ok := p.dirty
+	p.dirty = false
+	return p.latest, ok
 }
 
 // progress reports live phases (best effort; the final result carries them all).

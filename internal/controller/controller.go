@@ -145,7 +145,15 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	if err != nil {
 		return fmt.Errorf("ca: %w", err)
 	}
-	disp := dispatch.New(st, svc, signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
+	// Host traffic (long polls, results) and the dispatcher's background work get their own
+	// pool: a burst of tenant requests holding every API connection must not starve the
+	// outbox worker or hosts' leases (nor the reverse).
+	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: max(4, cfg.MaxDBConns/2)})
+	if err != nil {
+		return err
+	}
+	defer hostSt.Close()
+	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
 		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups})
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -98,7 +99,7 @@ func (d *Dispatcher) Kick() {
 
 // Run runs the LISTEN relay, the outbox worker and the reaper until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) {
-	go d.st.Listen(ctx, NotifyChannel, d.hub.Wake,
+	go d.st.Listen(ctx, NotifyChannel, d.wakeFromNotify,
 		func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) },
 		func() { d.listenOnce.Do(func() { close(d.listening) }) })
 	if d.cfg.ReconcileEvery > 0 {
@@ -164,83 +165,106 @@ func (d *Dispatcher) drainOutbox(ctx context.Context) {
 	}
 }
 
-// ProcessOutbox turns up to limit pending outbox events into node tasks in one transaction,
-// then (after commit) wakes the nodes' polls here and on every replica. Returns events handled.
+// ProcessOutbox turns up to limit pending outbox events into node tasks in one transaction
+// (a fixed number of round trips, whatever the batch), then (after commit) wakes the nodes'
+// polls here and on every replica. Returns events handled.
 func (d *Dispatcher) ProcessOutbox(ctx context.Context, limit int) (int, error) {
 	var nodes []string
 	var handled int
 	err := d.st.InTx(ctx, func(tx *store.Tx) error {
 		nodes, handled = nil, 0
 		evs, err := tx.PendingOutbox(ctx, limit)
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		var want []string
+		for _, ev := range evs {
+			if needsTask(ev) {
+				want = append(want, ev.AggregateID)
+			}
+		}
+		infos, err := tx.DispatchInfos(ctx, want)
 		if err != nil {
 			return err
 		}
+		var tasks []store.NewTask
+		ids := make([]int64, 0, len(evs))
 		for _, ev := range evs {
-			nt, err := d.taskFor(ctx, tx, ev)
-			if err != nil {
-				return fmt.Errorf("outbox %d (%s): %w", ev.ID, ev.Topic, err)
-			}
-			if nt != nil {
-				if _, err := tx.InsertTask(ctx, *nt); err != nil {
-					return err
+			if needsTask(ev) {
+				info, ok := infos[ev.AggregateID]
+				if !ok {
+					return fmt.Errorf("outbox %d (%s): allocation %s: %w", ev.ID, ev.Topic, ev.AggregateID, store.ErrNotFound)
 				}
-				nodes = append(nodes, nt.NodeID)
+				nt, err := d.taskFor(ev, info)
+				if err != nil {
+					return fmt.Errorf("outbox %d (%s): %w", ev.ID, ev.Topic, err)
+				}
+				if nt != nil {
+					tasks = append(tasks, *nt)
+					if !slices.Contains(nodes, nt.NodeID) {
+						nodes = append(nodes, nt.NodeID)
+					}
+				}
 			}
-			if err := tx.MarkDispatched(ctx, ev.ID); err != nil {
-				return err
-			}
+			ids = append(ids, ev.ID)
 			handled++
 		}
-		return nil
+		return tx.QueueTasks(ctx, tasks, ids)
 	})
 	if err != nil {
 		return 0, err
 	}
-	for _, n := range nodes {
-		d.wake(ctx, n)
+	if len(nodes) > 0 {
+		d.wake(ctx, nodes...)
 	}
 	return handled, nil
 }
 
-// wake signals this replica's polls for node at once and, through NOTIFY, the other replicas'.
-func (d *Dispatcher) wake(ctx context.Context, node string) {
-	d.hub.Wake(node)
+// wake signals this replica's polls for the nodes at once and, through one NOTIFY (payload:
+// comma-separated node ids), the other replicas'.
+func (d *Dispatcher) wake(ctx context.Context, nodes ...string) {
+	for _, n := range nodes {
+		d.hub.Wake(n)
+	}
 	if d.cfg.NoReplicaWakeups {
 		return
 	}
-	if err := d.st.Notify(ctx, NotifyChannel, node); err != nil {
-		d.log.Warn("notify", "node", node, "err", err)
+	if err := d.st.Notify(ctx, NotifyChannel, strings.Join(nodes, ",")); err != nil {
+		d.log.Warn("notify", "nodes", nodes, "err", err)
+	}
+}
+
+// wakeFromNotify wakes the polls of every node named in a notification's payload.
+func (d *Dispatcher) wakeFromNotify(payload string) {
+	for _, n := range strings.Split(payload, ",") {
+		d.hub.Wake(n)
 	}
 }
 
 // taskFor maps an outbox event to the task it needs, or nil for informational events.
-func (d *Dispatcher) taskFor(ctx context.Context, tx *store.Tx, ev store.OutboxEvent) (*store.NewTask, error) {
+// needsTask reports whether an outbox event becomes a host task (given its allocation is a
+// slice): provisioning, release, and cleanup of a failed allocation that reached its host.
+func needsTask(ev store.OutboxEvent) bool {
 	switch ev.Topic {
 	case "allocation.requested", "allocation.release_requested":
+		return true
 	case "allocation.failed":
 		var p struct {
 			Touched bool `json:"touched"`
 		}
-		if json.Unmarshal(ev.Payload, &p) != nil || !p.Touched {
-			return nil, nil // never reached a host: nothing to clean
-		}
-	default:
-		return nil, nil
+		return json.Unmarshal(ev.Payload, &p) == nil && p.Touched // untouched: nothing to clean
 	}
-	rec, err := tx.GetAllocation(ctx, ev.AggregateID, "")
-	if err != nil {
-		return nil, err
-	}
+	return false
+}
+
+// taskFor builds the host task of an event that needsTask, from its allocation's plan.
+func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*store.NewTask, error) {
 	if rec.CapacityShape != "gpu_slice" {
 		// Baremetal deploys go through MAAS, a boundary this build does not drive.
 		d.log.Info("baremetal allocation event not dispatched to a host agent (MAAS deploy)", "allocation", rec.ID, "topic", ev.Topic)
 		return nil, nil
 	}
-	snaps, err := tx.ClaimSnapshots(ctx, rec.ID)
-	if err != nil {
-		return nil, err
-	}
-	bundles, err := bundlesFromSnapshots(snaps)
+	bundles, err := bundlesFromSnapshots(rec.Snapshots)
 	if err != nil {
 		return nil, err
 	}

@@ -204,6 +204,57 @@ func (t *Tx) PendingOutbox(ctx context.Context, limit int) ([]OutboxEvent, error
 		WHERE dispatched_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
 }
 
+// DispatchInfo is what turning an allocation event into a host task needs.
+type DispatchInfo struct {
+	ID, NodeID, CapacityShape string
+	ResolvedProfile           json.RawMessage
+	ImageSnapshot             json.RawMessage
+	SSHPublicKeys             []string
+	Snapshots                 []json.RawMessage // live slot claims' device snapshots, by slot index
+}
+
+// DispatchInfos reads the allocations' plans in one query (an outbox batch at a time).
+func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]DispatchInfo, error) {
+	rows, err := queryAll(ctx, t.tx, func(r pgx.Row, d *DispatchInfo) error {
+		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
+	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
+			coalesce((SELECT array_agg(c.resource_snapshot ORDER BY (c.resource_snapshot->>'slot_index')::int)
+			          FROM allocation_resource_claims c
+			          WHERE c.allocation_id = a.id AND c.claim_kind = 'slot'
+			            AND c.status <> 'released'), '{}') -- claims given up by a re-placement are not the plan
+		FROM allocations a WHERE a.id = ANY($1::uuid[])`, uuidsArg(ids))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]DispatchInfo, len(rows))
+	for _, d := range rows {
+		out[d.ID] = d
+	}
+	return out, nil
+}
+
+// QueueTasks inserts tasks and closes outbox events, in one round trip.
+func (t *Tx) QueueTasks(ctx context.Context, tasks []NewTask, dispatched []int64) error {
+	b := &pgx.Batch{}
+	for _, nt := range tasks {
+		payload, err := json.Marshal(nt.Payload)
+		if err != nil {
+			return err
+		}
+		var outbox any
+		if nt.OutboxID > 0 {
+			outbox = nt.OutboxID
+		}
+		b.Queue(`INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after, outbox_id)
+			VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5::float8), $6)`,
+			nt.NodeID, nullIfEmpty(nt.AllocationID), nt.Type, payload, nt.TTL.Seconds(), outbox)
+	}
+	if len(dispatched) > 0 {
+		b.Queue(`UPDATE outbox SET dispatched_at = now() WHERE id = ANY($1)`, dispatched)
+	}
+	return translate(t.tx.SendBatch(ctx, b).Close())
+}
+
 // MarkDispatched closes an outbox event.
 func (t *Tx) MarkDispatched(ctx context.Context, id int64) error {
 	_, err := t.tx.Exec(ctx, `UPDATE outbox SET dispatched_at = now() WHERE id = $1`, id)

@@ -35,17 +35,18 @@ func main() {
 	only := flag.String("only", "placement,api,fanout,provision", "suites to run, comma-separated")
 	bin := flag.String("bin", "bin", "directory holding the built gpuaas binaries")
 	profile := flag.Bool("profile", false, "save CPU profiles of the controller under the output directory")
+	keep := flag.Bool("keep", false, "keep the work directory (databases, controller and host logs) and print its path")
 	flag.Parse()
 	if *quick {
 		*nodes, *events = 100, 4000
 	}
-	if err := run(*out, *bin, *only, *quick, *profile, *nodes, *events, *seed); err != nil {
+	if err := run(*out, *bin, *only, *quick, *profile, *keep, *nodes, *events, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "bench report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, bin, only string, quick, profile bool, nodes, events int, seed int64) error {
+func run(out, bin, only string, quick, profile, keep bool, nodes, events int, seed int64) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -57,7 +58,11 @@ func run(out, bin, only string, quick, profile bool, nodes, events int, seed int
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	if keep {
+		fmt.Println("work directory (kept):", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	if err := os.Chmod(work, 0o755); err != nil { // PostgreSQL runs as its own user under root
 		return err
 	}
