@@ -147,9 +147,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			continue
 		}
-		env, err := a.poll(ctx)
+		// Every free task slot is offered in one poll: a burst of tasks arrives together.
+		slots := 1
+	more:
+		for slots < min(cap(a.sem), maxPollTasks) {
+			select {
+			case a.sem <- struct{}{}:
+				slots++
+			default:
+				break more
+			}
+		}
+		envs, err := a.poll(ctx, slots)
+		for i := len(envs); i < slots; i++ {
+			<-a.sem // slots not used by a task
+		}
 		if err != nil {
-			<-a.sem
 			if ctx.Err() == nil {
 				a.m.pollErrors.Inc()
 				d := backoff.next()
@@ -159,23 +172,21 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		backoff.reset()
-		if env == nil {
-			<-a.sem
-			continue
+		for _, env := range envs {
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				if env.Type == task.TypeTerminalOpen {
+					// Sessions are long-lived: they do not hold a task slot, and they end when
+					// hostd stops.
+					<-a.sem
+					a.execute(ctx, env)
+					return
+				}
+				defer func() { <-a.sem }()
+				a.execute(bg, env)
+			}()
 		}
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			if env.Type == task.TypeTerminalOpen {
-				// Sessions are long-lived: they do not hold a task slot, and they end when
-				// hostd stops.
-				<-a.sem
-				a.execute(ctx, env)
-				return
-			}
-			defer func() { <-a.sem }()
-			a.execute(bg, env)
-		}()
 	}
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	a.log.Info("stopping: no new tasks; waiting for running ones")
@@ -244,10 +255,14 @@ func apiError(resp *http.Response, data []byte) error {
 	return fmt.Errorf("%s", resp.Status)
 }
 
-func (a *Agent) poll(ctx context.Context) (*task.Envelope, error) {
+// maxPollTasks is the most tasks one poll asks for (the controller's limit).
+const maxPollTasks = 64
+
+// poll long-polls for up to max tasks (none when the wait ends empty).
+func (a *Agent) poll(ctx context.Context, max int) ([]*task.Envelope, error) {
 	pctx, cancel := context.WithTimeout(ctx, a.cfg.PollWait+15*time.Second)
 	defer cancel()
-	resp, data, err := a.do(pctx, "GET", "/api/v1/agent/tasks?wait="+a.cfg.PollWait.String(), nil)
+	resp, data, err := a.do(pctx, "GET", fmt.Sprintf("/api/v1/agent/tasks?wait=%s&max=%d", a.cfg.PollWait, max), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -255,11 +270,19 @@ func (a *Agent) poll(ctx context.Context) (*task.Envelope, error) {
 	case http.StatusNoContent:
 		return nil, nil
 	case http.StatusOK:
-		var env task.Envelope
-		if err := json.Unmarshal(data, &env); err != nil {
-			return nil, fmt.Errorf("task envelope: %w", err)
+		var b task.Batch
+		if err := json.Unmarshal(data, &b); err != nil {
+			return nil, fmt.Errorf("task batch: %w", err)
 		}
-		return &env, nil
+		if len(b.Tasks) > max {
+			return nil, fmt.Errorf("task batch: %d tasks for %d slots", len(b.Tasks), max)
+		}
+		for _, env := range b.Tasks {
+			if env == nil {
+				return nil, errors.New("task batch: null task")
+			}
+		}
+		return b.Tasks, nil
 	}
 	return nil, apiError(resp, data)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ const (
 	nodeCertTTL       = 30 * 24 * time.Hour
 	bootstrapTokenTTL = 24 * time.Hour
 	maxPollWait       = 60 * time.Second
+	maxPollTasks      = 64 // tasks one poll may lease
 	heartbeatCoalesce = 5 * time.Second
 )
 
@@ -189,6 +191,23 @@ func (s *Server) pollTasks(w http.ResponseWriter, r *http.Request, p Principal) 
 			return errInvalid("wait must be a duration up to %s", maxPollWait)
 		}
 		wait = d
+	}
+	if v := r.URL.Query().Get("max"); v != "" {
+		// Batch form: up to max tasks as {"tasks": [envelope, ...]}.
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPollTasks {
+			return errInvalid("max must be an integer 1..%d", maxPollTasks)
+		}
+		envs, err := s.dispatch.PollMany(r.Context(), p.NodeID, wait, n)
+		if err != nil {
+			return err
+		}
+		if len(envs) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		writeJSON(w, http.StatusOK, task.Batch{Tasks: envs})
+		return nil
 	}
 	env, err := s.dispatch.Poll(r.Context(), p.NodeID, wait)
 	if err != nil {

@@ -133,6 +133,14 @@ func TestAgentEndpointsSecurityMatrix(t *testing.T) {
 	if code, body := call(t, nodeClient, "GET", srv.URL+"/api/v1/agent/tasks?wait=0s", "", nil); code != 204 {
 		t.Fatalf("node poll = %d %s", code, body)
 	}
+	if code, body := call(t, nodeClient, "GET", srv.URL+"/api/v1/agent/tasks?wait=0s&max=8", "", nil); code != 204 {
+		t.Fatalf("node batch poll = %d %s", code, body)
+	}
+	for _, bad := range []string{"0", "65", "-1", "x", "1.5"} {
+		if code, _ := call(t, nodeClient, "GET", srv.URL+"/api/v1/agent/tasks?wait=0s&max="+bad, "", nil); code != 400 {
+			t.Fatalf("poll max=%s = %d, want 400", bad, code)
+		}
+	}
 	if code, body := call(t, nodeClient, "POST", srv.URL+"/api/v1/agent/heartbeat", "", apiv1.Heartbeat{AgentVersion: "t", Runtime: "sim"}); code != 204 {
 		t.Fatalf("heartbeat = %d %s", code, body)
 	}

@@ -322,17 +322,44 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 // Poll waits up to wait for a task for node, leases it and returns it signed; nil when the
 // wait ends with nothing to do.
 func (d *Dispatcher) Poll(ctx context.Context, nodeID string, wait time.Duration) (*task.Envelope, error) {
+	envs, err := d.PollMany(ctx, nodeID, wait, 1)
+	if err != nil || len(envs) == 0 {
+		return nil, err
+	}
+	return envs[0], nil
+}
+
+// PollMany waits up to wait for tasks for node and leases up to max of them (at least one
+// unless the wait ends first), returned signed, oldest first. A host with free task slots
+// takes a burst of tasks in one request instead of one poll each.
+func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Duration, max int) ([]*task.Envelope, error) {
 	ch, cancel := d.hub.Subscribe(nodeID) // subscribe first: a wake between lease and wait is not lost
 	defer cancel()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		tr, err := d.st.LeaseTask(ctx, nodeID, d.cfg.Lease)
-		if err == nil {
-			return d.sign(ctx, tr)
-		}
-		if !errors.Is(err, store.ErrNotFound) {
+		var out []*task.Envelope
+		for len(out) < max {
+			tr, err := d.st.LeaseTask(ctx, nodeID, d.cfg.Lease)
+			if errors.Is(err, store.ErrNotFound) {
+				break
+			}
+			if err == nil {
+				var env *task.Envelope
+				if env, err = d.sign(ctx, tr); err == nil {
+					out = append(out, env)
+					continue
+				}
+			}
+			if len(out) > 0 {
+				// Leased ones go out; this one is redelivered when its lease ends.
+				d.log.Warn("lease in a batch failed", "node", nodeID, "err", err)
+				break
+			}
 			return nil, err
+		}
+		if len(out) > 0 {
+			return out, nil
 		}
 		select {
 		case <-ctx.Done():

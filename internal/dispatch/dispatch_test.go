@@ -462,3 +462,36 @@ func TestRepairWipeReturnsBlockedSlot(t *testing.T) {
 		t.Fatalf("after verified repair: %s", st)
 	}
 }
+
+// A poll with free task slots leases a burst of tasks at once, oldest first, never more than
+// asked and never one task twice; an outbox batch that spans several nodes wakes them all.
+func TestPollManyLeasesABurst(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	for range 3 {
+		if _, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := w.d.ProcessOutbox(w.ctx, 10); err != nil || n != 3 {
+		t.Fatalf("outbox: %d events, %v", n, err)
+	}
+	first, err := w.d.PollMany(w.ctx, w.node.ID, time.Second, 2)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("first poll: %d tasks, %v", len(first), err)
+	}
+	rest, err := w.d.PollMany(w.ctx, w.node.ID, time.Second, 5)
+	if err != nil || len(rest) != 1 {
+		t.Fatalf("second poll: %d tasks, %v", len(rest), err)
+	}
+	seen := map[string]bool{}
+	for _, env := range append(first, rest...) {
+		_, verr := (&task.Verifier{Key: w.pub, NodeID: w.node.ID}).Verify(env)
+		if seen[env.TaskID] || env.Type != task.TypeVMProvision || verr != nil {
+			t.Fatalf("task %s: duplicate %v, type %s, verify %v", env.TaskID, seen[env.TaskID], env.Type, verr)
+		}
+		seen[env.TaskID] = true
+	}
+	if none, err := w.d.PollMany(w.ctx, w.node.ID, 50*time.Millisecond, 4); err != nil || len(none) != 0 {
+		t.Fatalf("empty poll: %d tasks, %v", len(none), err)
+	}
+}

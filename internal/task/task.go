@@ -241,3 +241,8 @@ type Result struct {
 	// matches the controller's plan (device gone, disk mounted, lease held).
 	Reason string `json:"reason,omitempty"`
 }
+
+// Batch is the body of a poll that asked for several tasks (GET /api/v1/agent/tasks?max=N).
+type Batch struct {
+	Tasks []*Envelope `json:"tasks"`
+}

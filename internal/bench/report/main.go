@@ -82,6 +82,14 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 		results["api"] = s
 		sections = append(sections, s.markdown())
 	}
+	if want["fanout"] {
+		s, err := runFanout(ctx, work, absBin, quick)
+		if err != nil {
+			return fmt.Errorf("fanout: %w", err)
+		}
+		results["fanout"] = s
+		sections = append(sections, s.markdown())
+	}
 	if want["provision"] {
 		s, err := runProvision(ctx, work, absBin, quick)
 		if err != nil {
