@@ -52,7 +52,7 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 	if rec.ExpiresAt != nil && time.Now().After(*rec.ExpiresAt) {
 		return Principal{}, errUnauthorized("token expired")
 	}
-	if !cached { // last use is recorded when the cache is filled: at most once per authCacheTTL
+	if !cached { // last use is recorded when the cache is filled: at most once per tokenCacheTTL
 		if err := s.store.TouchToken(r.Context(), rec.ID); err != nil {
 			s.log.Warn("token touch failed", "err", err)
 		}

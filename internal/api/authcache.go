@@ -5,20 +5,23 @@ import (
 	"time"
 )
 
-// authCacheTTL bounds how long a verified credential is trusted without asking the database:
-// a token revoked (or a node certificate revoked) in the database is refused by every
-// controller replica within this long. It takes two queries (lookup and last-use touch) off
-// every request, long polls included.
+// How long a verified credential is trusted without asking the database: a token revoked
+// in the database is refused by every controller replica within tokenCacheTTL, a node
+// certificate within nodeCertCacheTTL (longer than a long poll's wait, so an idle host's
+// renewed polls cost no query). It takes the lookup (and, for tokens, the last-use touch)
+// off every request.
 const (
-	authCacheTTL = 5 * time.Second
-	authCacheMax = 65536
+	tokenCacheTTL    = 5 * time.Second
+	nodeCertCacheTTL = 2 * maxPollWait
+	authCacheMax     = 65536
 )
 
 // authCache maps a credential key (token hash, certificate serial) to what the database said
-// about it, for authCacheTTL.
+// about it, for its ttl.
 type authCache[V any] struct {
 	mu  sync.Mutex
 	m   map[string]authEntry[V]
+	ttl time.Duration
 	now func() time.Time
 }
 
@@ -27,15 +30,15 @@ type authEntry[V any] struct {
 	at time.Time
 }
 
-func newAuthCache[V any]() *authCache[V] {
-	return &authCache[V]{m: map[string]authEntry[V]{}, now: time.Now}
+func newAuthCache[V any](ttl time.Duration) *authCache[V] {
+	return &authCache[V]{m: map[string]authEntry[V]{}, ttl: ttl, now: time.Now}
 }
 
 func (c *authCache[V]) get(key string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
-	if !ok || c.now().Sub(e.at) >= authCacheTTL {
+	if !ok || c.now().Sub(e.at) >= c.ttl {
 		var zero V
 		return zero, false
 	}
@@ -48,7 +51,7 @@ func (c *authCache[V]) put(key string, v V) {
 	if len(c.m) >= authCacheMax {
 		now := c.now()
 		for k, e := range c.m { // drop the expired; if none, drop everything (bounded memory)
-			if now.Sub(e.at) >= authCacheTTL {
+			if now.Sub(e.at) >= c.ttl {
 				delete(c.m, k)
 			}
 		}

@@ -69,7 +69,7 @@ type Server struct {
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
 		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
-		tokens: newAuthCache[store.TokenRecord](), nodeCerts: newAuthCache[string]()}
+		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

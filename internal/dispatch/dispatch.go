@@ -337,11 +337,18 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 	defer cancel()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// A renewed poll of an idle host costs no query when nothing woke the node since the last
+	// lease query came back empty (checked again at least every emptyRecheck or lease).
+	skip := d.hub.NothingNew(nodeID, d.now(), min(emptyRecheck, d.cfg.Lease))
 	for {
 		var out []*task.Envelope
-		for len(out) < max {
+		gen := d.hub.Gen(nodeID)
+		for len(out) < max && !skip {
 			tr, err := d.st.LeaseTask(ctx, nodeID, d.cfg.Lease)
 			if errors.Is(err, store.ErrNotFound) {
+				if len(out) == 0 {
+					d.hub.Empty(nodeID, gen, d.now())
+				}
 				break
 			}
 			if err == nil {
@@ -361,6 +368,7 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 		if len(out) > 0 {
 			return out, nil
 		}
+		skip = false
 		select {
 		case <-ctx.Done():
 			return nil, nil
@@ -370,6 +378,10 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 		}
 	}
 }
+
+// emptyRecheck (or the lease, if shorter) bounds how long renewed polls skip the lease
+// query: a task whose lease expired (its host died mid-task) becomes runnable without a wake.
+const emptyRecheck = time.Minute
 
 func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord) (*task.Envelope, error) {
 	if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {

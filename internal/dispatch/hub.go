@@ -4,17 +4,63 @@
 // visibility timeout, and results drive the allocation and slot state machines.
 package dispatch
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Hub wakes long polls waiting for a node's tasks. No per-host database polling: a waiting
 // poll sleeps on its channel until a task for its node is committed or its wait ends.
 type Hub struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
+	nodes   map[string]*nodeWakes
+}
+
+// nodeWakes lets a renewed long poll skip the database: gen counts wakes for the node;
+// emptyGen/emptyAt record the last time a lease query found nothing and the gen it saw then.
+type nodeWakes struct {
+	gen, emptyGen uint64
+	emptyAt       time.Time
 }
 
 // NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{waiters: map[string]map[chan struct{}]struct{}{}} }
+func NewHub() *Hub {
+	return &Hub{waiters: map[string]map[chan struct{}]struct{}{}, nodes: map[string]*nodeWakes{}}
+}
+
+func (h *Hub) node(id string) *nodeWakes {
+	n := h.nodes[id]
+	if n == nil {
+		n = &nodeWakes{}
+		h.nodes[id] = n
+	}
+	return n
+}
+
+// Gen is the node's wake count, read before a lease query.
+func (h *Hub) Gen(node string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.node(node).gen
+}
+
+// Empty records that a lease query begun at wake count gen found nothing runnable.
+func (h *Hub) Empty(node string, gen uint64, at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.node(node)
+	n.emptyGen, n.emptyAt = gen, at
+}
+
+// NothingNew reports whether the node has had no wake since a lease query found nothing,
+// within maxAge (past it, a query runs anyway: a lease that expired wakes nobody).
+func (h *Hub) NothingNew(node string, now time.Time, maxAge time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.nodes[node]
+	return n != nil && !n.emptyAt.IsZero() && n.gen == n.emptyGen && now.Sub(n.emptyAt) < maxAge
+}
 
 // Subscribe returns a channel signalled when node may have work, and a cancel func.
 func (h *Hub) Subscribe(node string) (<-chan struct{}, func()) {
@@ -39,6 +85,7 @@ func (h *Hub) Subscribe(node string) (<-chan struct{}, func()) {
 func (h *Hub) Wake(node string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.node(node).gen++
 	for ch := range h.waiters[node] {
 		select {
 		case ch <- struct{}{}:
