@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,9 +47,16 @@ func newFake(t *testing.T) *fakeController {
 			w.WriteHeader(204)
 			return
 		}
-		env := f.tasks[0]
-		f.tasks = f.tasks[1:]
-		_ = json.NewEncoder(w).Encode(env)
+		n, err := strconv.Atoi(r.URL.Query().Get("max"))
+		if err != nil || n < 1 {
+			t.Errorf("hostd polled without a valid max: %q", r.URL.RawQuery)
+			w.WriteHeader(400)
+			return
+		}
+		n = min(n, len(f.tasks))
+		batch := task.Batch{Tasks: f.tasks[:n]}
+		f.tasks = f.tasks[n:]
+		_ = json.NewEncoder(w).Encode(batch)
 	})
 	mux.HandleFunc("POST /api/v1/agent/tasks/{id}/result", func(w http.ResponseWriter, r *http.Request) {
 		if f.down.Load() {
