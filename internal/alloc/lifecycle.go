@@ -156,7 +156,17 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 		case AllocReleasing, AllocReleased:
 			return nil
 		case AllocRequested:
-			// Nothing touched a disk yet: the slots go straight back (one round trip).
+			leased, err := tx.CancelQueuedTasks(ctx, id)
+			if err != nil {
+				return err
+			}
+			if leased { // its host has the plan: release through the host, with the wipe
+				if err := s.beginRelease(ctx, tx, rec, now); err != nil {
+					return err
+				}
+				break
+			}
+			// Nothing reached the host: the slots go straight back (one round trip).
 			var slots []string
 			for _, c := range rec.Claims {
 				if c.SlotID != "" && c.Status != "released" { // released: given up by a re-placement

@@ -259,6 +259,9 @@ func needsTask(ev store.OutboxEvent) bool {
 
 // taskFor builds the host task of an event that needsTask, from its allocation's plan.
 func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*store.NewTask, error) {
+	if ev.Topic == "allocation.requested" && rec.Status != "requested" {
+		return nil, nil // released (or re-placed) before it was dispatched: nothing to provision
+	}
 	if rec.CapacityShape != "gpu_slice" {
 		// Baremetal deploys go through MAAS, a boundary this build does not drive.
 		d.log.Info("baremetal allocation event not dispatched to a host agent (MAAS deploy)", "allocation", rec.ID, "topic", ev.Topic)
@@ -357,6 +360,9 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 					out = append(out, env)
 					continue
 				}
+				if errors.Is(err, errTaskCancelled) {
+					continue
+				}
 			}
 			if len(out) > 0 {
 				// Leased ones go out; this one is redelivered when its lease ends.
@@ -386,8 +392,22 @@ const emptyRecheck = time.Minute
 func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord) (*task.Envelope, error) {
 	if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
 		// The host has the plan: the allocation is provisioning (idempotent on redelivery).
-		if err := d.alloc.MarkProvisioning(ctx, tr.AllocationID); err != nil && !isConflict(err) {
-			return nil, err
+		if err := d.alloc.MarkProvisioning(ctx, tr.AllocationID); err != nil {
+			if !isConflict(err) {
+				return nil, err
+			}
+			// Idempotent for a redelivery (already provisioning or active); anything else
+			// means the allocation was released or failed before its host took the task.
+			rec, gerr := d.st.GetAllocation(ctx, tr.AllocationID, "")
+			if gerr != nil {
+				return nil, gerr
+			}
+			if rec.Status != "provisioning" && rec.Status != "active" {
+				if err := d.st.CancelTask(ctx, tr.ID, "allocation is "+rec.Status+"; not delivered"); err != nil {
+					return nil, err
+				}
+				return nil, errTaskCancelled
+			}
 		}
 	}
 	e := &task.Envelope{TaskID: tr.ID, NodeID: tr.NodeID, Type: task.Type(tr.Type), Payload: tr.Payload,
@@ -397,6 +417,9 @@ func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord) (*task.Envel
 	}
 	return e, nil
 }
+
+// errTaskCancelled: a leased task turned out not to be deliverable and was cancelled.
+var errTaskCancelled = errors.New("task cancelled")
 
 func isConflict(err error) bool {
 	var ae *apiv1.Error

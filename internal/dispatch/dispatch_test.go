@@ -495,3 +495,62 @@ func TestPollManyLeasesABurst(t *testing.T) {
 		t.Fatalf("empty poll: %d tasks, %v", len(none), err)
 	}
 }
+
+// An allocation released before its host took the provision task never reaches the host:
+// released before dispatch, no task is queued; released after, the queued task is cancelled;
+// released after the host leased it (but before provisioning was recorded), the release goes
+// through the host with a wipe instead of returning the slots at once.
+func TestReleasedBeforeTheHostTookItIsNeverProvisioned(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	admin := alloc.Actor{Role: "admin", Name: "admin", TokenID: "a"}
+	release := func(id string) apiv1.Allocation {
+		a, err := w.svc.Release(w.ctx, w.tenant, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// 1. Released before the outbox worker ran.
+	a1, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := release(a1.ID); got.Status != "released" {
+		t.Fatalf("cancelled before dispatch: %s", got.Status)
+	}
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if env := w.poll(50 * time.Millisecond); env != nil {
+		t.Fatalf("a released allocation's task was delivered: %s %s", env.Type, env.TaskID)
+	}
+	// 2. Released with its task queued.
+	a2 := w.allocate(1)
+	if got := release(a2.ID); got.Status != "released" {
+		t.Fatalf("cancelled with a queued task: %s", got.Status)
+	}
+	if env := w.poll(50 * time.Millisecond); env != nil {
+		t.Fatalf("a cancelled task was delivered: %s", env.Type)
+	}
+	tasks, err := w.st.ListTasks(w.ctx, store.TaskFilter{AllocationID: a2.ID})
+	if err != nil || len(tasks) != 1 || tasks[0].Status != "cancelled" {
+		t.Fatalf("queued task after release: %+v %v", tasks, err)
+	}
+	// 3. Released after the host leased the task, before provisioning was recorded.
+	a3 := w.allocate(1)
+	if _, err := w.st.LeaseTask(w.ctx, w.node.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := release(a3.ID); got.Status != "releasing" {
+		t.Fatalf("released after the host took the plan: %s, want releasing (wipe through the host)", got.Status)
+	}
+	full, err := w.svc.Get(w.ctx, admin, a3.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range full.Claims {
+		if c.Status != "releasing" {
+			t.Fatalf("claim %s is %s, want releasing until the wipe proof", c.SlotID, c.Status)
+		}
+	}
+}

@@ -206,7 +206,7 @@ func (t *Tx) PendingOutbox(ctx context.Context, limit int) ([]OutboxEvent, error
 
 // DispatchInfo is what turning an allocation event into a host task needs.
 type DispatchInfo struct {
-	ID, NodeID, CapacityShape string
+	ID, NodeID, CapacityShape, Status string
 	ResolvedProfile           json.RawMessage
 	ImageSnapshot             json.RawMessage
 	SSHPublicKeys             []string
@@ -216,13 +216,14 @@ type DispatchInfo struct {
 // DispatchInfos reads the allocations' plans in one query (an outbox batch at a time).
 func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]DispatchInfo, error) {
 	rows, err := queryAll(ctx, t.tx, func(r pgx.Row, d *DispatchInfo) error {
-		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
-	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
+		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.Status, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
+	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.status, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
 			coalesce((SELECT array_agg(c.resource_snapshot ORDER BY (c.resource_snapshot->>'slot_index')::int)
 			          FROM allocation_resource_claims c
 			          WHERE c.allocation_id = a.id AND c.claim_kind = 'slot'
 			            AND c.status <> 'released'), '{}') -- claims given up by a re-placement are not the plan
-		FROM allocations a WHERE a.id = ANY($1::uuid[])`, uuidsArg(ids))
+		FROM allocations a WHERE a.id = ANY($1::uuid[])
+		FOR SHARE OF a -- a concurrent cancel waits for the task to exist, or this sees it cancelled`, uuidsArg(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +232,27 @@ func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]Dispat
 		out[d.ID] = d
 	}
 	return out, nil
+}
+
+// CancelQueuedTasks cancels an allocation's tasks no host has taken yet and reports whether
+// its provision task is already leased (handed to its host). Two statements on purpose: the
+// update waits for a lease being taken concurrently, and the check then sees it.
+func (t *Tx) CancelQueuedTasks(ctx context.Context, allocID string) (leased bool, err error) {
+	if _, err := t.tx.Exec(ctx, `UPDATE node_tasks SET status = 'cancelled', error = 'allocation released before its host took the task',
+			updated_at = now(), completed_at = now()
+		WHERE allocation_id = $1::uuid AND status = 'queued'`, uuidArg(allocID)); err != nil {
+		return false, translate(err)
+	}
+	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_tasks
+		WHERE allocation_id = $1::uuid AND type = 'slice.vm_provision' AND status = 'leased')`, uuidArg(allocID)).Scan(&leased)
+	return leased, translate(err)
+}
+
+// CancelTask ends a leased task that must not run (its allocation is gone).
+func (s *Store) CancelTask(ctx context.Context, id, reason string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE node_tasks SET status = 'cancelled', error = $2, updated_at = now(), completed_at = now()
+		WHERE id = $1::uuid AND status IN ('queued', 'leased')`, uuidArg(id), reason)
+	return translate(err)
 }
 
 // QueueTasks inserts tasks and closes outbox events, in one round trip.

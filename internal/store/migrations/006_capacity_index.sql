@@ -36,3 +36,9 @@ CREATE INDEX nodes_best_fit ON nodes (slice_sku, available_slots, name) WHERE st
 
 -- The fabric filter's "VF unique among the node's slots" check, by index.
 CREATE INDEX node_resource_slots_vf ON node_resource_slots (node_id, (capacity_metadata->>'fabric_vf_pci_address'));
+
+-- A provision task whose allocation was released before its host took it is cancelled, never
+-- delivered (issue 9's create+release churn showed the race).
+ALTER TABLE node_tasks DROP CONSTRAINT node_tasks_status_check;
+ALTER TABLE node_tasks ADD CONSTRAINT node_tasks_status_check
+    CHECK (status IN ('queued', 'leased', 'succeeded', 'failed', 'refused', 'expired', 'cancelled'));
