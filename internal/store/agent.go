@@ -207,10 +207,10 @@ func (t *Tx) PendingOutbox(ctx context.Context, limit int) ([]OutboxEvent, error
 // DispatchInfo is what turning an allocation event into a host task needs.
 type DispatchInfo struct {
 	ID, NodeID, CapacityShape, Status string
-	ResolvedProfile           json.RawMessage
-	ImageSnapshot             json.RawMessage
-	SSHPublicKeys             []string
-	Snapshots                 []json.RawMessage // live slot claims' device snapshots, by slot index
+	ResolvedProfile                   json.RawMessage
+	ImageSnapshot                     json.RawMessage
+	SSHPublicKeys                     []string
+	Snapshots                         []json.RawMessage // live slot claims' device snapshots, by slot index
 }
 
 // DispatchInfos reads the allocations' plans in one query (an outbox batch at a time).
