@@ -355,30 +355,23 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try f
 	q := s.query(r)
 	var after *store.WindowKey
 	for w := 0; w < windowsBeforeFullScan; w++ {
-		ids, next, err := tx.SliceNodeWindow(ctx, q, r.gpus, after, windowNodes)
+		win, err := tx.SliceWindow(ctx, q, r.gpus, after, windowNodes)
 		if err != nil {
 			return sched.Outcome{}, err
 		}
-		if len(ids) == 0 {
+		if len(win.NodeIDs) == 0 {
 			break
 		}
-		cands, err := tx.SliceCandidatesOn(ctx, q, ids)
-		if err != nil {
-			return sched.Outcome{}, err
-		}
-		out, err := s.rank(ctx, tx, r, cands)
-		if err != nil {
-			return out, err
-		}
+		out := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(win.Candidates, win.Topology))
 		if len(out.Choices) > 0 {
-			if done, err := try(out, cands); done || err != nil {
+			if done, err := try(out, win.Candidates); done || err != nil {
 				return out, err
 			}
 		}
-		if len(ids) < windowNodes {
+		if len(win.NodeIDs) < windowNodes {
 			break
 		}
-		after = next
+		after = &win.Next
 	}
 	cands, err := tx.SliceCandidates(ctx, q)
 	if err != nil {

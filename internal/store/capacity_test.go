@@ -91,6 +91,31 @@ func TestCapacityHintAndWindows(t *testing.T) {
 	if len(ids) != 1 || ids[0] != nodes[0].ID {
 		t.Fatalf("second window = %v, want [cap-0]", ids)
 	}
+	// The pipelined form returns the same window with its candidates (full filter) and topology.
+	err = st.InTx(ctx, func(tx *store.Tx) error {
+		w, err := tx.SliceWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice"}, 1, nil, 2)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(w.NodeIDs) != fmt.Sprint([]string{nodes[2].ID, nodes[1].ID}) || w.Next != (store.WindowKey{Available: 7, Name: "cap-1"}) {
+			return fmt.Errorf("window %v next %+v", w.NodeIDs, w.Next)
+		}
+		if len(w.Candidates) != 6+7 {
+			return fmt.Errorf("%d candidates, want 13 (6 on cap-2, 7 on cap-1)", len(w.Candidates))
+		}
+		for _, c := range w.Candidates {
+			if c.NodeID != nodes[2].ID && c.NodeID != nodes[1].ID {
+				return fmt.Errorf("candidate %s on a node outside the window", c.SlotID)
+			}
+		}
+		if tp := w.Topology[nodes[2].ID]; tp.ApprovedSlots != 6 || tp.GroupSize[0]+tp.GroupSize[1] != 6 || tp.ClaimedSlots != 0 {
+			return fmt.Errorf("cap-2 topology %+v", tp)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ids, _ := window(t, st, 7, nil, 10); len(ids) != 2 {
 		t.Fatalf("7 GPUs fit by hint on cap-1 and cap-0 only, got %d nodes", len(ids))
 	}

@@ -104,19 +104,14 @@ type WindowKey struct {
 // SliceNodeWindow returns up to limit ids of placeable nodes of the query's slice SKU with at
 // least gpus available slots, best fit first (fewest available slots, then name), after key
 // (nil: from the start). It walks the nodes_best_fit index, so its cost does not grow with the
-// fleet; the exact filter is SliceCandidatesOn. Nodes whose slots override the SKU are not
+// fleet; the exact filter runs in SliceWindow. Nodes whose slots override the SKU are not
 // found here: callers fall back to SliceCandidates when the windows yield nothing.
 func (t *Tx) SliceNodeWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) ([]string, *WindowKey, error) {
 	k := WindowKey{Available: -1}
 	if after != nil {
 		k = *after
 	}
-	rows, err := t.tx.Query(ctx, `SELECT n.id::text, n.available_slots, n.name FROM nodes n
-		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
-		  AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
-		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
-		  AND (n.available_slots, n.name) > ($6, $7)
-		ORDER BY n.available_slots, n.name LIMIT $8`, append(pq.args(), gpus, k.Available, k.Name, limit)...)
+	rows, err := t.tx.Query(ctx, windowSQL, append(pq.args(), gpus, k.Available, k.Name, limit)...)
 	if err != nil {
 		return nil, nil, translate(err)
 	}
@@ -132,14 +127,106 @@ func (t *Tx) SliceNodeWindow(ctx context.Context, pq PlacementQuery, gpus int, a
 	return ids, &k, translate(rows.Err())
 }
 
-// SliceCandidatesOn is SliceCandidates restricted to the given nodes.
-func (t *Tx) SliceCandidatesOn(ctx context.Context, pq PlacementQuery, nodeIDs []string) ([]CandidateSlot, error) {
-	return queryAll(ctx, t.tx, func(r pgx.Row, c *CandidateSlot) error {
-		return r.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode)
-	}, `SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
-		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id = ANY($5::uuid[])
-		ORDER BY n.name, s.slot_index`, append(pq.args(), uuidsArg(nodeIDs))...)
+// windowSQL selects a best-fit window of nodes: $1-$4 are PlacementQuery.args(), $5 the GPUs,
+// ($6, $7) the key the window starts after, $8 its size.
+const windowSQL = `SELECT n.id::text, n.available_slots, n.name FROM nodes n
+		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
+		  AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
+		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
+		  AND (n.available_slots, n.name) > ($6, $7)
+		ORDER BY n.available_slots, n.name LIMIT $8`
+
+// Window is one best-fit window: its nodes, where the next window starts, the nodes'
+// candidate slots (the full filter) and their topology.
+type Window struct {
+	NodeIDs    []string
+	Next       WindowKey
+	Candidates []CandidateSlot
+	Topology   map[string]NodeTopology
 }
+
+// SliceWindow reads a best-fit window, its candidates and their topology in one round trip
+// (SliceNodeWindow, SliceCandidatesOn and NodeTopologies pipelined; the later statements
+// re-select the window by index).
+func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) (Window, error) {
+	k := WindowKey{Available: -1}
+	if after != nil {
+		k = *after
+	}
+	args := append(pq.args(), gpus, k.Available, k.Name, limit)
+	b := &pgx.Batch{}
+	b.Queue(windowSQL, args...)
+	b.Queue(`WITH win AS (`+windowSQL+`)
+		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
+		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id IN (SELECT id::uuid FROM win)
+		ORDER BY n.name, s.slot_index`, args...)
+	b.Queue(`WITH win AS (`+windowSQL+`)
+		SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
+		WHERE node_id IN (SELECT id::uuid FROM win) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
+		GROUP BY 2, 3
+		UNION ALL
+		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
+		WHERE node_id IN (SELECT id::uuid FROM win) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, args...)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	w := Window{Next: k, Topology: map[string]NodeTopology{}}
+	rows, err := br.Query()
+	if err != nil {
+		return w, translate(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id, &w.Next.Available, &w.Next.Name); err != nil {
+			rows.Close()
+			return w, translate(err)
+		}
+		w.NodeIDs = append(w.NodeIDs, id)
+		w.Topology[id] = NodeTopology{GroupSize: map[int]int{}}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return w, translate(err)
+	}
+	if rows, err = br.Query(); err != nil {
+		return w, translate(err)
+	}
+	for rows.Next() {
+		var c CandidateSlot
+		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode); err != nil {
+			rows.Close()
+			return w, translate(err)
+		}
+		w.Candidates = append(w.Candidates, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return w, translate(err)
+	}
+	if rows, err = br.Query(); err != nil {
+		return w, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, numa, c int
+		var id string
+		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
+			return w, translate(err)
+		}
+		nt, ok := w.Topology[id]
+		if !ok {
+			nt = NodeTopology{GroupSize: map[int]int{}}
+		}
+		if kind == 0 {
+			nt.GroupSize[numa] += c
+			nt.ApprovedSlots += c
+		} else {
+			nt.ClaimedSlots = c
+		}
+		w.Topology[id] = nt
+	}
+	return w, translate(rows.Err())
+}
+
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
 type Blockers struct {
