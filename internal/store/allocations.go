@@ -59,25 +59,30 @@ func getAllocation(ctx context.Context, q querier, id, tenantID string, lock boo
 	if lock {
 		sql += ` FOR UPDATE OF a`
 	}
-	if err := scanAlloc(q.QueryRow(ctx, sql, uuidArg(id), optUUID(tenantID)), &a); err != nil {
+	// One round trip: the claims query rides along (it reads nothing the tenant check hides:
+	// its rows are returned only when the allocation row was found).
+	b := &pgx.Batch{}
+	b.Queue(sql, uuidArg(id), optUUID(tenantID))
+	b.Queue(claimsSQL, uuidArg(id))
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	if err := scanAlloc(br.QueryRow(), &a); err != nil {
 		return a, translate(err)
 	}
-	claims, err := listClaims(ctx, q, a.ID)
+	rows, err := br.Query()
 	if err != nil {
-		return a, err
+		return a, translate(err)
 	}
-	a.Claims = claims
-	return a, nil
+	a.Claims, err = scanClaims(rows)
+	return a, err
 }
 
-func listClaims(ctx context.Context, q querier, allocID string) ([]apiv1.Claim, error) {
-	rows, err := q.Query(ctx, `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
-			c.resource_snapshot, c.created_at
-		FROM allocation_resource_claims c WHERE c.allocation_id = $1
-		ORDER BY (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`, allocID)
-	if err != nil {
-		return nil, translate(err)
-	}
+const claimsSQL = `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
+		c.resource_snapshot, c.created_at
+	FROM allocation_resource_claims c WHERE c.allocation_id = $1::uuid
+	ORDER BY (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`
+
+func scanClaims(rows pgx.Rows) ([]apiv1.Claim, error) {
 	defer rows.Close()
 	var out []apiv1.Claim
 	for rows.Next() {
