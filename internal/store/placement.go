@@ -129,7 +129,12 @@ func (t *Tx) SliceNodeWindow(ctx context.Context, pq PlacementQuery, gpus int, a
 
 // windowSQL selects a best-fit window of nodes: $1-$4 are PlacementQuery.args(), $5 the GPUs,
 // ($6, $7) the key the window starts after, $8 its size.
-const windowSQL = `SELECT n.id::text, n.available_slots, n.name FROM nodes n
+const windowSQL = `SELECT n.id::text, n.available_slots, n.name ` + windowFrom
+
+// windowIDs is the window as a CTE body of uuids (so the planner joins it by index).
+const windowIDs = `SELECT n.id ` + windowFrom
+
+const windowFrom = `FROM nodes n
 		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
 		  AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
@@ -155,21 +160,27 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 	}
 	args := append(pq.args(), gpus, k.Available, k.Name, limit)
 	b := &pgx.Batch{}
+	// These statements run with a different window every time: a generic plan saves the
+	// planner's milliseconds on each reservation (their best plan does not depend on values).
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(windowSQL, args...)
-	b.Queue(`WITH win AS (`+windowSQL+`)
+	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`)
 		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
-		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id IN (SELECT id::uuid FROM win)
+		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id = ANY(ARRAY(SELECT id FROM win))
 		ORDER BY n.name, s.slot_index`, args...)
-	b.Queue(`WITH win AS (`+windowSQL+`)
+	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`)
 		SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
-		WHERE node_id IN (SELECT id::uuid FROM win) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
+		WHERE node_id = ANY(ARRAY(SELECT id FROM win)) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
 		GROUP BY 2, 3
 		UNION ALL
 		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
-		WHERE node_id IN (SELECT id::uuid FROM win) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, args...)
+		WHERE node_id = ANY(ARRAY(SELECT id FROM win)) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, args...)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	w := Window{Next: k, Topology: map[string]NodeTopology{}}
+	if _, err := br.Exec(); err != nil {
+		return w, translate(err)
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return w, translate(err)
