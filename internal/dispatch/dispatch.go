@@ -346,30 +346,30 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 	for {
 		var out []*task.Envelope
 		gen := d.hub.Gen(nodeID)
-		for len(out) < max && !skip {
-			tr, err := d.st.LeaseTask(ctx, nodeID, d.cfg.Lease)
-			if errors.Is(err, store.ErrNotFound) {
-				if len(out) == 0 {
-					d.hub.Empty(nodeID, gen, d.now())
-				}
-				break
+		if !skip {
+			trs, err := d.st.LeaseTasks(ctx, nodeID, d.cfg.Lease, max)
+			if err != nil {
+				return nil, err
 			}
-			if err == nil {
-				var env *task.Envelope
-				if env, err = d.sign(ctx, tr); err == nil {
+			if len(trs) == 0 {
+				d.hub.Empty(nodeID, gen, d.now())
+			}
+			for _, tr := range trs {
+				env, err := d.sign(ctx, tr)
+				switch {
+				case err == nil:
 					out = append(out, env)
-					continue
-				}
-				if errors.Is(err, errTaskCancelled) {
-					continue
+				case errors.Is(err, errTaskCancelled):
+				case len(out) > 0:
+					// Signed ones go out; this one is redelivered when its lease ends.
+					d.log.Warn("lease in a batch failed", "node", nodeID, "task", tr.ID, "err", err)
+				default:
+					return nil, err
 				}
 			}
-			if len(out) > 0 {
-				// Leased ones go out; this one is redelivered when its lease ends.
-				d.log.Warn("lease in a batch failed", "node", nodeID, "err", err)
-				break
+			if len(out) == 0 && len(trs) > 0 {
+				continue // every leased task was cancelled: look again at once
 			}
-			return nil, err
 		}
 		if len(out) > 0 {
 			return out, nil

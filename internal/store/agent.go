@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,15 +107,31 @@ func (t *Tx) InsertTask(ctx context.Context, nt NewTask) (string, error) {
 // lease (its host died) — for lease, bumping the attempt. SKIP LOCKED keeps two polls from
 // taking the same task. ErrNotFound when none is runnable.
 func (s *Store) LeaseTask(ctx context.Context, nodeID string, lease time.Duration) (TaskRecord, error) {
-	var tr TaskRecord
-	err := scanTask(s.pool.QueryRow(ctx, `UPDATE node_tasks SET status = 'leased', attempt = attempt + 1,
+	trs, err := s.LeaseTasks(ctx, nodeID, lease, 1)
+	if err == nil && len(trs) == 0 {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return TaskRecord{}, err
+	}
+	return trs[0], nil
+}
+
+// LeaseTasks leases up to max of the node's oldest runnable tasks in one statement, oldest
+// first (none: an empty slice).
+func (s *Store) LeaseTasks(ctx context.Context, nodeID string, lease time.Duration, max int) ([]TaskRecord, error) {
+	trs, err := queryAll(ctx, s.pool, scanTask, `UPDATE node_tasks SET status = 'leased', attempt = attempt + 1,
 			lease_expires_at = now() + make_interval(secs => $2::float8), updated_at = now()
-		WHERE id = (SELECT id FROM node_tasks
-		            WHERE node_id = $1 AND not_after > now() AND attempt < max_attempts
-		              AND (status = 'queued' OR (status = 'leased' AND lease_expires_at < now()))
-		            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-		RETURNING `+taskColumns, nodeID, lease.Seconds()), &tr)
-	return tr, translate(err)
+		WHERE id IN (SELECT id FROM node_tasks
+		             WHERE node_id = $1 AND not_after > now() AND attempt < max_attempts
+		               AND (status = 'queued' OR (status = 'leased' AND lease_expires_at < now()))
+		             ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING `+taskColumns, nodeID, lease.Seconds(), max)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(trs, func(i, j int) bool { return trs[i].CreatedAt.Before(trs[j].CreatedAt) })
+	return trs, nil
 }
 
 // ExtendLease keeps a long task leased while its host reports progress.

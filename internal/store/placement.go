@@ -238,7 +238,6 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 	return w, translate(rows.Err())
 }
 
-
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
 type Blockers struct {
 	OnDrainingNodes int // otherwise-eligible slots on draining nodes

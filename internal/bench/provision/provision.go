@@ -209,6 +209,10 @@ func (f *Fleet) Burst(ctx context.Context, n int) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		// Connected (TLS handshake done) before the burst: what is measured starts at commit.
+		if _, err := c.Whoami(ctx); err != nil {
+			return res, err
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
