@@ -226,6 +226,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	}
 	hash := requestHash(req)
 	var allocID string
+	var written store.AllocationRecord
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
 		if idemKey != "" {
 			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
@@ -244,7 +245,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if err != nil {
 			return err
 		}
-		allocID, err = s.reserve(ctx, tx, actor, r, req, idemKey, hash)
+		allocID, err = s.reserve(ctx, tx, actor, r, req, idemKey, hash, &written)
 		return err
 	})
 	if err != nil {
@@ -258,11 +259,18 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		}
 		return out, false, err
 	}
+	if !replayed && written.ID == allocID {
+		// Just written and committed: its host task does not exist yet, so this is what Get
+		// would read, without reading it.
+		return s.present(actor, written), false, nil
+	}
 	out, err = s.Get(ctx, actor, allocID)
 	return out, replayed, err
 }
 
-func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, idemKey, hash string) (string, error) {
+// reserve places and writes the allocation; for a slice it also fills written with the
+// allocation as written (so Create answers without reading it again).
+func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, idemKey, hash string, written *store.AllocationRecord) (string, error) {
 	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
 	if err != nil {
 		return "", invalid("%v", err)
@@ -308,7 +316,8 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
 					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": img.Slug, "profile": profile.Name})
 				na.Audit = &rec
-				id, err = sp.InsertAllocation(ctx, na, claims)
+				*written, err = sp.InsertAllocationRecord(ctx, na, claims)
+				id = written.ID
 				return err
 			})
 			if err == nil {

@@ -1,9 +1,11 @@
 package alloc_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -80,4 +82,29 @@ func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
 		t.Fatalf("placed on %s %v, want subst [2 3]", node, idx)
 	}
 	b.invariants()
+}
+
+// Create answers from what its transaction wrote; that answer is exactly what a read returns.
+func TestCreateAnswerMatchesARead(t *testing.T) {
+	b := setup(t)
+	b.addNode("answer", 95)
+	for _, actor := range []alloc.Actor{b.tenant, b.admin} {
+		req := apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 2}
+		if actor.Role == "admin" {
+			req.TenantID = b.tenant.TenantID
+		}
+		created, _, err := b.svc.Create(b.ctx, actor, req, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, err := b.svc.Get(b.ctx, actor, created.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cj, _ := json.Marshal(created)
+		rj, _ := json.Marshal(read)
+		if string(cj) != string(rj) {
+			t.Fatalf("%s: create answered\n%s\nbut a read gives\n%s", actor.Role, cj, rj)
+		}
+	}
 }

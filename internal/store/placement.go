@@ -470,6 +470,13 @@ type NewClaim struct {
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
 // queues the outbox event, all in the caller's transaction.
 func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []NewClaim) (string, error) {
+	rec, err := t.InsertAllocationRecord(ctx, a, claims)
+	return rec.ID, err
+}
+
+// InsertAllocationRecord is InsertAllocation returning the allocation as written, read back
+// in the same round trip (so the API answers a create without reading it again).
+func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims []NewClaim) (AllocationRecord, error) {
 	js := func(v any) []byte {
 		if v == nil {
 			return []byte("{}")
@@ -510,13 +517,29 @@ func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []New
 		r := *a.Audit
 		r.TargetID = id
 		if err := queueAudit(batch, r); err != nil {
-			return "", err
+			return AllocationRecord{}, err
 		}
 	}
-	if err := t.tx.SendBatch(ctx, batch).Close(); err != nil {
-		return "", translate(err)
+	writes := batch.Len()
+	batch.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`, id)
+	batch.Queue(claimsSQL, id)
+	br := t.tx.SendBatch(ctx, batch)
+	defer br.Close()
+	for range writes {
+		if _, err := br.Exec(); err != nil {
+			return AllocationRecord{}, translate(err)
+		}
 	}
-	return id, nil
+	var rec AllocationRecord
+	if err := scanAlloc(br.QueryRow(), &rec); err != nil {
+		return rec, translate(err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return rec, translate(err)
+	}
+	rec.Claims, err = scanClaims(rows)
+	return rec, err
 }
 
 // AllocationByIdempotencyKey finds an earlier allocation created with the same key.
