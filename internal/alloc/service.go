@@ -306,8 +306,11 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				return true, nil
 			}
 			attempts++
-			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				claims, slotIDs, indexes, err := lockChoice(ctx, sp, ch, cands)
+			// No savepoint around the lock: a lost race leaves at most a few slot locks held
+			// (SKIP LOCKED: nobody waits on them) until this transaction ends. The insert
+			// carries its own savepoint in its round trip.
+			err := func() error {
+				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch, cands)
 				if err != nil {
 					return err
 				}
@@ -316,10 +319,10 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
 					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": img.Slug, "profile": profile.Name})
 				na.Audit = &rec
-				*written, err = sp.InsertAllocationRecord(ctx, na, claims)
+				*written, err = tx.InsertAllocationRecord(ctx, na, claims)
 				id = written.ID
 				return err
-			})
+			}()
 			if err == nil {
 				return true, nil
 			}

@@ -492,6 +492,7 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	// end of placement, just before commit), not the transaction's start.
 	id := uuid.NewString()
 	batch := &pgx.Batch{}
+	batch.Queue(`SAVEPOINT gpuaas_insert`)
 	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
 			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at)
@@ -523,6 +524,20 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	writes := batch.Len()
 	batch.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`, id)
 	batch.Queue(claimsSQL, id)
+	batch.Queue(`RELEASE SAVEPOINT gpuaas_insert`)
+	rec, err := t.insertBatch(ctx, batch, writes)
+	if err != nil {
+		// Undo this attempt only: the caller's transaction stays usable (next choice).
+		if _, rerr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT gpuaas_insert`); rerr != nil {
+			return AllocationRecord{}, errors.Join(err, translate(rerr))
+		}
+		return AllocationRecord{}, err
+	}
+	return rec, nil
+}
+
+// insertBatch runs an InsertAllocationRecord batch: SAVEPOINT, writes, the read-back, RELEASE.
+func (t *Tx) insertBatch(ctx context.Context, batch *pgx.Batch, writes int) (AllocationRecord, error) {
 	br := t.tx.SendBatch(ctx, batch)
 	defer br.Close()
 	for range writes {
@@ -538,8 +553,13 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	if err != nil {
 		return rec, translate(err)
 	}
-	rec.Claims, err = scanClaims(rows)
-	return rec, err
+	if rec.Claims, err = scanClaims(rows); err != nil {
+		return rec, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return rec, translate(err)
+	}
+	return rec, translate(br.Close())
 }
 
 // AllocationByIdempotencyKey finds an earlier allocation created with the same key.
