@@ -44,7 +44,7 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if !isUUID(id) {
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
-	rec, err := s.st.GetAllocation(ctx, id, tenantScope(actor))
+	rec, tasks, err := s.st.GetAllocationWithTasks(ctx, id, tenantScope(actor))
 	if errors.Is(err, store.ErrNotFound) {
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
@@ -52,10 +52,6 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 		return apiv1.Allocation{}, err
 	}
 	out := s.present(actor, rec)
-	tasks, err := s.st.ListTasks(ctx, store.TaskFilter{AllocationID: rec.ID})
-	if err != nil {
-		return apiv1.Allocation{}, err
-	}
 	for i := len(tasks) - 1; i >= 0; i-- { // oldest first
 		tr := tasks[i]
 		out.Tasks = append(out.Tasks, apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt,

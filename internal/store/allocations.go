@@ -52,7 +52,37 @@ func (t *Tx) GetAllocation(ctx context.Context, id, tenantID string) (Allocation
 	return getAllocation(ctx, t.tx, id, tenantID, false)
 }
 
+// GetAllocationWithTasks reads an allocation, its claims and its host tasks (newest first)
+// in one round trip.
+func (s *Store) GetAllocationWithTasks(ctx context.Context, id, tenantID string) (AllocationRecord, []TaskRecord, error) {
+	var tasks []TaskRecord
+	rec, err := getAllocationBatch(ctx, s.pool, id, tenantID, false, func(b *pgx.Batch) {
+		b.Queue(`SELECT `+taskColumns+` FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`, uuidArg(id))
+	}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return translate(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var tr TaskRecord
+			if err := scanTask(rows, &tr); err != nil {
+				return translate(err)
+			}
+			tasks = append(tasks, tr)
+		}
+		return translate(rows.Err())
+	})
+	return rec, tasks, err
+}
+
 func getAllocation(ctx context.Context, q querier, id, tenantID string, lock bool) (AllocationRecord, error) {
+	return getAllocationBatch(ctx, q, id, tenantID, lock, nil, nil)
+}
+
+// getAllocationBatch reads an allocation and its claims in one round trip; more, when set,
+// queues further statements whose results readMore reads.
+func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, lock bool, more func(*pgx.Batch), readMore func(pgx.BatchResults) error) (AllocationRecord, error) {
 	var a AllocationRecord
 	sql := `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id
 		WHERE a.id = $1::uuid AND ($2::uuid IS NULL OR a.tenant_id = $2::uuid)`
@@ -64,6 +94,9 @@ func getAllocation(ctx context.Context, q querier, id, tenantID string, lock boo
 	b := &pgx.Batch{}
 	b.Queue(sql, uuidArg(id), optUUID(tenantID))
 	b.Queue(claimsSQL, uuidArg(id))
+	if more != nil {
+		more(b)
+	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	if err := scanAlloc(br.QueryRow(), &a); err != nil {
@@ -73,8 +106,13 @@ func getAllocation(ctx context.Context, q querier, id, tenantID string, lock boo
 	if err != nil {
 		return a, translate(err)
 	}
-	a.Claims, err = scanClaims(rows)
-	return a, err
+	if a.Claims, err = scanClaims(rows); err != nil {
+		return a, err
+	}
+	if readMore != nil {
+		return a, readMore(br)
+	}
+	return a, nil
 }
 
 const claimsSQL = `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
