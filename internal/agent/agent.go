@@ -255,14 +255,29 @@ func apiError(resp *http.Response, data []byte) error {
 	return fmt.Errorf("%s", resp.Status)
 }
 
+// jitterWait spreads a long poll's wait over ±10% (whole milliseconds), so hosts that
+// reconnected together (a controller restart) do not renew their polls in waves.
+func jitterWait(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d
+	}
+	n, err := rand.Int(rand.Reader, big.NewInt(int64(d)/5+1))
+	if err != nil {
+		return d
+	}
+	j := time.Duration(n.Int64()) - d/10
+	return (d + j).Round(time.Millisecond)
+}
+
 // maxPollTasks is the most tasks one poll asks for (the controller's limit).
 const maxPollTasks = 64
 
 // poll long-polls for up to max tasks (none when the wait ends empty).
 func (a *Agent) poll(ctx context.Context, max int) ([]*task.Envelope, error) {
-	pctx, cancel := context.WithTimeout(ctx, a.cfg.PollWait+15*time.Second)
+	wait := jitterWait(a.cfg.PollWait)
+	pctx, cancel := context.WithTimeout(ctx, wait+15*time.Second)
 	defer cancel()
-	resp, data, err := a.do(pctx, "GET", fmt.Sprintf("/api/v1/agent/tasks?wait=%s&max=%d", a.cfg.PollWait, max), nil)
+	resp, data, err := a.do(pctx, "GET", fmt.Sprintf("/api/v1/agent/tasks?wait=%s&max=%d", wait, max), nil)
 	if err != nil {
 		return nil, err
 	}
