@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -73,11 +72,10 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 				kept = append(kept, c)
 			}
 		}
-		topo, err := tx.NodeTopologies(ctx, nodeIDs(kept))
+		outcome, err := s.rank(ctx, tx, r, kept)
 		if err != nil {
 			return err
 		}
-		outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(kept, topo))
 		for i, ch := range outcome.Choices {
 			if i >= s.cfg.MaxAttempts {
 				break

@@ -83,9 +83,7 @@ func getAllocation(ctx context.Context, q querier, id, tenantID string, lock boo
 // getAllocationBatch reads an allocation and its claims in one round trip; more, when set,
 // queues further statements whose results readMore reads.
 func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, lock bool, more func(*pgx.Batch), readMore func(pgx.BatchResults) error) (AllocationRecord, error) {
-	var a AllocationRecord
-	sql := `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id
-		WHERE a.id = $1::uuid AND ($2::uuid IS NULL OR a.tenant_id = $2::uuid)`
+	sql := allocByIDSQL + ` AND ($2::uuid IS NULL OR a.tenant_id = $2::uuid)`
 	if lock {
 		sql += ` FOR UPDATE OF a`
 	}
@@ -99,6 +97,19 @@ func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, loc
 	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
+	a, err := readAllocation(br)
+	if err != nil || readMore == nil {
+		return a, err
+	}
+	return a, readMore(br)
+}
+
+// allocByIDSQL reads one allocation ($1) with its node name.
+const allocByIDSQL = `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`
+
+// readAllocation reads the results of an allocation query and claimsSQL queued in a batch.
+func readAllocation(br pgx.BatchResults) (AllocationRecord, error) {
+	var a AllocationRecord
 	if err := scanAlloc(br.QueryRow(), &a); err != nil {
 		return a, translate(err)
 	}
@@ -106,13 +117,8 @@ func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, loc
 	if err != nil {
 		return a, translate(err)
 	}
-	if a.Claims, err = scanClaims(rows); err != nil {
-		return a, err
-	}
-	if readMore != nil {
-		return a, readMore(br)
-	}
-	return a, nil
+	a.Claims, err = scanClaims(rows)
+	return a, err
 }
 
 const claimsSQL = `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),

@@ -32,17 +32,16 @@ func addNode(t *testing.T, st *store.Store, name string, host int) apiv1.Node {
 
 func window(t *testing.T, st *store.Store, gpus int, after *store.WindowKey, limit int) ([]string, *store.WindowKey) {
 	t.Helper()
-	var ids []string
-	var next *store.WindowKey
+	var w store.Window
 	err := st.InTx(context.Background(), func(tx *store.Tx) error {
 		var err error
-		ids, next, err = tx.SliceNodeWindow(context.Background(), store.PlacementQuery{SKU: "h200-sxm-slice"}, gpus, after, limit)
+		w, err = tx.SliceWindow(context.Background(), store.PlacementQuery{SKU: "h200-sxm-slice"}, gpus, after, limit)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ids, next
+	return w.NodeIDs, &w.Next
 }
 
 // The best-fit hint follows slot changes only through a refresh, recounts only the nodes that
@@ -135,9 +134,9 @@ func TestCapacityHintAndWindows(t *testing.T) {
 		t.Fatalf("the only 8-free node is draining; got %v", ids)
 	}
 	err = st.InTx(ctx, func(tx *store.Tx) error {
-		ids, _, err := tx.SliceNodeWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice", HeartbeatMaxAge: time.Minute}, 1, nil, 10)
-		if err == nil && len(ids) != 0 {
-			return fmt.Errorf("nodes never heard from are in the window: %v", ids)
+		w, err := tx.SliceWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice", HeartbeatMaxAge: time.Minute}, 1, nil, 10)
+		if err == nil && len(w.NodeIDs) != 0 {
+			return fmt.Errorf("nodes never heard from are in the window: %v", w.NodeIDs)
 		}
 		return err
 	})

@@ -101,32 +101,6 @@ type WindowKey struct {
 	Name      string
 }
 
-// SliceNodeWindow returns up to limit ids of placeable nodes of the query's slice SKU with at
-// least gpus available slots, best fit first (fewest available slots, then name), after key
-// (nil: from the start). It walks the nodes_best_fit index, so its cost does not grow with the
-// fleet; the exact filter runs in SliceWindow. Nodes whose slots override the SKU are not
-// found here: callers fall back to SliceCandidates when the windows yield nothing.
-func (t *Tx) SliceNodeWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) ([]string, *WindowKey, error) {
-	k := WindowKey{Available: -1}
-	if after != nil {
-		k = *after
-	}
-	rows, err := t.tx.Query(ctx, windowSQL, append(pq.args(), gpus, k.Available, k.Name, limit)...)
-	if err != nil {
-		return nil, nil, translate(err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id, &k.Available, &k.Name); err != nil {
-			return nil, nil, translate(err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, &k, translate(rows.Err())
-}
-
 // windowSQL selects a best-fit window of nodes: $1-$4 are PlacementQuery.args(), $5 the GPUs,
 // ($6, $7) the key the window starts after, $8 its size.
 const windowSQL = `SELECT n.id::text, n.available_slots, n.name ` + windowFrom
@@ -150,9 +124,13 @@ type Window struct {
 	Topology   map[string]NodeTopology
 }
 
-// SliceWindow reads a best-fit window, its candidates and their topology in one round trip
-// (SliceNodeWindow, SliceCandidatesOn and NodeTopologies pipelined; the later statements
-// re-select the window by index).
+// SliceWindow reads a best-fit window, its candidates and their topology in one round trip:
+// up to limit placeable nodes of the query's slice SKU with at least gpus available slots,
+// best fit first (fewest available slots, then name), after key (nil: from the start), read
+// through the nodes_best_fit index so the cost does not grow with the fleet; then the full
+// slot filter and NodeTopology on those nodes (the later statements re-select the window by
+// index). Nodes whose slots override the SKU are not found here: callers fall back to
+// SliceCandidates when the windows yield nothing.
 func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) (Window, error) {
 	k := WindowKey{Available: -1}
 	if after != nil {
@@ -168,13 +146,7 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
 		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id = ANY(ARRAY(SELECT id FROM win))
 		ORDER BY n.name, s.slot_index`, args...)
-	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`)
-		SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
-		WHERE node_id = ANY(ARRAY(SELECT id FROM win)) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
-		GROUP BY 2, 3
-		UNION ALL
-		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
-		WHERE node_id = ANY(ARRAY(SELECT id FROM win)) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, args...)
+	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`) `+topologySQL("ARRAY(SELECT id FROM win)"), args...)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	w := Window{Next: k, Topology: map[string]NodeTopology{}}
@@ -216,26 +188,7 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 	if rows, err = br.Query(); err != nil {
 		return w, translate(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind, numa, c int
-		var id string
-		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
-			return w, translate(err)
-		}
-		nt, ok := w.Topology[id]
-		if !ok {
-			nt = NodeTopology{GroupSize: map[int]int{}}
-		}
-		if kind == 0 {
-			nt.GroupSize[numa] += c
-			nt.ApprovedSlots += c
-		} else {
-			nt.ClaimedSlots = c
-		}
-		w.Topology[id] = nt
-	}
-	return w, translate(rows.Err())
+	return w, scanTopology(rows, w.Topology)
 }
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
@@ -289,24 +242,37 @@ func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[strin
 	for _, id := range nodeIDs {
 		out[id] = NodeTopology{GroupSize: map[int]int{}}
 	}
-	// One round trip: approved slots per NUMA group (kind 0), then live slot claims (kind 1).
-	rows, err := q.Query(ctx, `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
-		WHERE node_id = ANY($1::uuid[]) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
-		GROUP BY 2, 3
-		UNION ALL
-		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
-		WHERE node_id = ANY($1::uuid[]) AND claim_kind = 'slot' AND status IN `+liveClaim+` GROUP BY 2`, uuidsArg(nodeIDs))
+	rows, err := q.Query(ctx, topologySQL("$1::uuid[]"), uuidsArg(nodeIDs))
 	if err != nil {
 		return nil, translate(err)
 	}
+	return out, scanTopology(rows, out)
+}
+
+// topologySQL reads the NodeTopology of the nodes in the uuid array expression nodes in one
+// query: approved slots per NUMA group (kind 0), then live slot claims (kind 1).
+func topologySQL(nodes string) string {
+	return `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
+		WHERE node_id = ANY(` + nodes + `) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
+		GROUP BY 2, 3
+		UNION ALL
+		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
+		WHERE node_id = ANY(` + nodes + `) AND claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY 2`
+}
+
+// scanTopology adds topologySQL's rows to out (closing rows).
+func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 	defer rows.Close()
 	for rows.Next() {
 		var kind, numa, c int
 		var id string
 		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
-			return nil, translate(err)
+			return translate(err)
 		}
-		nt := out[id]
+		nt, ok := out[id]
+		if !ok {
+			nt = NodeTopology{GroupSize: map[int]int{}}
+		}
 		if kind == 0 {
 			nt.GroupSize[numa] += c
 			nt.ApprovedSlots += c
@@ -315,7 +281,7 @@ func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[strin
 		}
 		out[id] = nt
 	}
-	return out, translate(rows.Err())
+	return translate(rows.Err())
 }
 
 // LockedSlot is a slot locked for reservation, with the device snapshot for its claim.
@@ -522,7 +488,7 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 		}
 	}
 	writes := batch.Len()
-	batch.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`, id)
+	batch.Queue(allocByIDSQL, id)
 	batch.Queue(claimsSQL, id)
 	batch.Queue(`RELEASE SAVEPOINT gpuaas_insert`)
 	rec, err := t.insertBatch(ctx, batch, writes)
@@ -545,15 +511,8 @@ func (t *Tx) insertBatch(ctx context.Context, batch *pgx.Batch, writes int) (All
 			return AllocationRecord{}, translate(err)
 		}
 	}
-	var rec AllocationRecord
-	if err := scanAlloc(br.QueryRow(), &rec); err != nil {
-		return rec, translate(err)
-	}
-	rows, err := br.Query()
+	rec, err := readAllocation(br)
 	if err != nil {
-		return rec, translate(err)
-	}
-	if rec.Claims, err = scanClaims(rows); err != nil {
 		return rec, err
 	}
 	if _, err := br.Exec(); err != nil {

@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +44,8 @@ type Env struct {
 	CAFile   string
 	TenantID string
 	Token    string // a tenant-scoped API token
+	// PprofAddr is the controller's loopback --pprof-listen address ("" without Options.Pprof).
+	PprofAddr string
 
 	ctl     *exec.Cmd
 	exited  chan error
@@ -53,6 +58,7 @@ type Options struct {
 	Dir        string   // work directory (created)
 	BinDir     string   // holds gpuaas-controller
 	ExtraFlags []string // appended to `gpuaas-controller serve`
+	Pprof      bool     // serve the controller's Go profiles on a loopback port (Env.Pprof)
 }
 
 // Start boots PostgreSQL, migrates, seeds a tenant, its token and a slice image, and starts
@@ -69,6 +75,12 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	e := &Env{Dir: o.Dir, PG: pg, DBURL: pg.ConnString("postgres"), StateDir: filepath.Join(o.Dir, "state")}
+	if o.Pprof {
+		if e.PprofAddr, err = freeLoopback(); err != nil {
+			e.Stop()
+			return nil, err
+		}
+	}
 	if err := e.prepare(ctx); err != nil {
 		e.Stop()
 		return nil, err
@@ -124,6 +136,9 @@ func (e *Env) StartController(ctx context.Context, binDir string, extra ...strin
 	_ = os.Remove(filepath.Join(e.StateDir, "controller.addr"))
 	args := append([]string{"serve", "--state-dir", e.StateDir, "--listen", "127.0.0.1:0",
 		"--database-url", e.DBURL, "--log-level", "warn", "--reconcile-interval", "0"}, extra...)
+	if e.PprofAddr != "" {
+		args = append(args, "--pprof-listen", e.PprofAddr)
+	}
 	e.ctl = exec.Command(filepath.Join(binDir, "gpuaas-controller"), args...)
 	e.ctl.Stdout, e.ctl.Stderr = lf, lf
 	e.ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // never outlive the bench
@@ -160,6 +175,39 @@ func (e *Env) StartController(ctx context.Context, binDir string, extra ...strin
 
 // PID is the controller's process id.
 func (e *Env) PID() int { return e.ctl.Process.Pid }
+
+// Pprof fetches path (e.g. "/debug/pprof/heap?debug=1") from the controller's profiles.
+func (e *Env) Pprof(ctx context.Context, path string) ([]byte, error) {
+	if e.PprofAddr == "" {
+		return nil, errors.New("the controller serves no profiles (benchenv.Options.Pprof)")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.PprofAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("pprof %s: %s", path, resp.Status)
+	}
+	return b, nil
+}
+
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
 
 // Client is a new API client (its own connection pool) with the tenant token.
 func (e *Env) Client() (*client.Client, error) {

@@ -24,12 +24,11 @@ import (
 
 // Options configures Run.
 type Options struct {
-	Hosts     int           // simulated hosts, one long poll each
-	Rate      int           // tasks committed per second
-	Duration  time.Duration // length of the task stream
-	Wait      time.Duration // long-poll wait each host asks for (hostd's default: 30s)
-	Dial      int           // hosts connecting at once (TLS handshakes in flight)
-	PprofAddr string        // the controller's --pprof-listen; "" leaves the heap figures at 0
+	Hosts    int           // simulated hosts, one long poll each
+	Rate     int           // tasks committed per second
+	Duration time.Duration // length of the task stream
+	Wait     time.Duration // long-poll wait each host asks for (hostd's default: 30s)
+	Dial     int           // hosts connecting at once (TLS handshakes in flight)
 }
 
 func (o *Options) defaults() {
@@ -121,7 +120,7 @@ func Run(ctx context.Context, env *benchenv.Env, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	ctl := proc{pid: env.PID(), pprof: o.PprofAddr}
+	ctl := proc{pid: env.PID(), env: env} // heap figures need benchenv.Options.Pprof
 	if _, err := ctl.quiet(ctx, 0.05, 30*time.Second); err != nil {
 		return res, err
 	}

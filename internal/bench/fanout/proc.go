@@ -4,19 +4,19 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 )
 
 // proc observes the controller from outside: /proc for RSS and CPU time, its pprof listener
 // for the Go heap.
 type proc struct {
-	pid   int
-	pprof string // host:port, or "" for none
+	pid int
+	env *benchenv.Env // its Pprof serves the heap figures when the controller has profiles on
 }
 
 type memory struct {
@@ -27,19 +27,19 @@ type memory struct {
 
 func (p proc) memory(ctx context.Context) (memory, error) {
 	var m memory
-	if p.pprof != "" {
+	if p.env.PprofAddr != "" {
 		// gc=1 collects first, so the figure is live memory rather than garbage awaiting GC.
-		text, err := get(ctx, "http://"+p.pprof+"/debug/pprof/heap?debug=1&gc=1")
+		text, err := p.env.Pprof(ctx, "/debug/pprof/heap?debug=1&gc=1")
 		if err != nil {
 			return m, err
 		}
-		if m.heap, err = heapInUse(text); err != nil {
+		if m.heap, err = heapInUse(string(text)); err != nil {
 			return m, err
 		}
-		if text, err = get(ctx, "http://"+p.pprof+"/debug/pprof/goroutine?debug=1"); err != nil {
+		if text, err = p.env.Pprof(ctx, "/debug/pprof/goroutine?debug=1"); err != nil {
 			return m, err
 		}
-		fmt.Sscanf(text, "goroutine profile: total %d", &m.goroutines)
+		fmt.Sscanf(string(text), "goroutine profile: total %d", &m.goroutines)
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	if err != nil {
@@ -149,24 +149,4 @@ func heapInUse(profile string) (int64, error) {
 		return 0, fmt.Errorf("heap profile has no HeapInuse/Stack lines")
 	}
 	return heap + stack, nil
-}
-
-func get(ctx context.Context, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return string(b), nil
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,11 +31,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	if quick {
 		s.Fleets, s.SecondsEach = []int{500}, 5
 	}
-	pprofAddr, err := freeLoopback()
-	if err != nil {
-		return nil, err
-	}
-	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, ExtraFlags: []string{"--pprof-listen", pprofAddr}})
+	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, Pprof: profile})
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +71,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 					if profile && c == 16 {
 						prof = make(chan error, 1)
 						go func() {
-							prof <- fetchProfile(ctx, pprofAddr, d-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
+							prof <- saveProfile(ctx, env, d-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
 						}()
 					}
 					r, err = apibench.API(ctx, env, fleet, c, d)
@@ -208,34 +201,11 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, js, 0o644)
 }
 
-func freeLoopback() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// fetchProfile saves a CPU profile of the controller taken over d.
-func fetchProfile(ctx context.Context, addr string, d time.Duration, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, max(int(d.Seconds()), 1)), nil)
+// saveProfile saves a CPU profile of the controller taken over d.
+func saveProfile(ctx context.Context, env *benchenv.Env, d time.Duration, path string) error {
+	b, err := env.Pprof(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(int(d.Seconds()), 1)))
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("pprof: %s", resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	return os.WriteFile(path, b, 0o644)
 }

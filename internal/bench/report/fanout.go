@@ -41,12 +41,7 @@ func runFanout(ctx context.Context, work, bin string, quick bool) (*fanoutSuite,
 	if err := fanout.RaiseFileLimit(); err != nil {
 		return nil, err
 	}
-	pprofAddr, err := freeLoopback()
-	if err != nil {
-		return nil, err
-	}
-	o.PprofAddr = pprofAddr
-	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "fanout"), BinDir: bin, ExtraFlags: []string{"--pprof-listen", pprofAddr}})
+	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "fanout"), BinDir: bin, Pprof: true})
 	if err != nil {
 		return nil, err
 	}

@@ -72,36 +72,31 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 	for _, s := range strings.Split(only, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
+	// Each suite returns what goes into report.json (nil: nothing) and its markdown section.
+	suites := []struct {
+		name string
+		run  func() (any, string, error)
+	}{
+		{"api", func() (any, string, error) { return section(runAPI(ctx, work, absBin, out, quick, profile)) }},
+		{"fanout", func() (any, string, error) { return section(runFanout(ctx, work, absBin, quick)) }},
+		{"provision", func() (any, string, error) { return section(runProvision(ctx, work, absBin, quick)) }},
+		{"placement", func() (any, string, error) {
+			md, err := runPlacement(out, nodes, events, seed)
+			return nil, md, err
+		}},
+	}
 	var sections []string
 	results := map[string]any{}
-	if want["api"] {
-		s, err := runAPI(ctx, work, absBin, out, quick, profile)
-		if err != nil {
-			return fmt.Errorf("api: %w", err)
+	for _, su := range suites {
+		if !want[su.name] {
+			continue
 		}
-		results["api"] = s
-		sections = append(sections, s.markdown())
-	}
-	if want["fanout"] {
-		s, err := runFanout(ctx, work, absBin, quick)
+		res, md, err := su.run()
 		if err != nil {
-			return fmt.Errorf("fanout: %w", err)
+			return fmt.Errorf("%s: %w", su.name, err)
 		}
-		results["fanout"] = s
-		sections = append(sections, s.markdown())
-	}
-	if want["provision"] {
-		s, err := runProvision(ctx, work, absBin, quick)
-		if err != nil {
-			return fmt.Errorf("provision: %w", err)
-		}
-		results["provision"] = s
-		sections = append(sections, s.markdown())
-	}
-	if want["placement"] {
-		md, err := runPlacement(out, nodes, events, seed)
-		if err != nil {
-			return fmt.Errorf("placement: %w", err)
+		if res != nil {
+			results[su.name] = res
 		}
 		sections = append(sections, md)
 	}
@@ -127,6 +122,14 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 }
 
 var loads = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3}
+
+// section adapts a suite's result to the suites table.
+func section[S interface{ markdown() string }](s S, err error) (any, string, error) {
+	if err != nil {
+		return nil, "", err
+	}
+	return s, s.markdown(), nil
+}
 
 func runPlacement(out string, nodes, events int, seed int64) (string, error) {
 	start := time.Now()
