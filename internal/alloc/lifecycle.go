@@ -51,13 +51,17 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if err != nil {
 		return apiv1.Allocation{}, err
 	}
-	out := s.present(actor, rec)
-	for i := len(tasks) - 1; i >= 0; i-- { // oldest first
+	return withTasks(s.present(actor, rec), tasks), nil
+}
+
+// withTasks adds an allocation's host tasks (read newest first) to its view, oldest first.
+func withTasks(out apiv1.Allocation, tasks []store.TaskRecord) apiv1.Allocation {
+	for i := len(tasks) - 1; i >= 0; i-- {
 		tr := tasks[i]
 		out.Tasks = append(out.Tasks, apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt,
 			Error: tr.Error, CreatedAt: tr.CreatedAt, Phases: tr.Phases})
 	}
-	return out, nil
+	return out
 }
 
 // List returns the actor's allocations (all for admins).
@@ -140,8 +144,11 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
 	now := s.cfg.Now()
+	var done *apiv1.Allocation // released at once: the allocation as written
 	err := s.st.InTx(ctx, func(tx *store.Tx) error {
-		rec, err := tx.GetAllocationForUpdate(ctx, id, tenantScope(actor))
+		done = nil
+		// Locked and read; a requested one's queued tasks cancelled (they must never run).
+		rec, leased, err := tx.LockForRelease(ctx, id, tenantScope(actor))
 		if errors.Is(err, store.ErrNotFound) {
 			return &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 		}
@@ -152,10 +159,6 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 		case AllocReleasing, AllocReleased:
 			return nil
 		case AllocRequested:
-			leased, err := tx.CancelQueuedTasks(ctx, id)
-			if err != nil {
-				return err
-			}
 			if leased { // its host has the plan: release through the host, with the wipe
 				if err := s.beginRelease(ctx, tx, rec, now); err != nil {
 					return err
@@ -169,7 +172,12 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 					slots = append(slots, c.SlotID)
 				}
 			}
-			return tx.CancelRequested(ctx, id, rec.NodeID, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
+			written, tasks, err := tx.CancelRequested(ctx, id, rec.NodeID, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
+			if err == nil {
+				out := withTasks(s.present(actor, written), tasks)
+				done = &out
+			}
+			return err
 		default: // provisioning, active, failed
 			if err := s.beginRelease(ctx, tx, rec, now); err != nil {
 				return err
@@ -179,6 +187,9 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 	})
 	if err != nil {
 		return apiv1.Allocation{}, err
+	}
+	if done != nil {
+		return *done, nil
 	}
 	return s.Get(ctx, actor, id)
 }

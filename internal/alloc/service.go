@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -27,9 +29,22 @@ type Config struct {
 
 // Service runs placement and lifecycle transitions.
 type Service struct {
-	st  *store.Store
-	cfg Config
+	st      *store.Store
+	cfg     Config
+	planner TaskPlanner
 }
+
+// TaskPlanner lets the create transaction queue a slice's provisioning task itself, so no
+// outbox hop sits between the commit and the host: the dispatcher builds the task from the
+// plan being written, and is told after the commit which node's polls to wake.
+type TaskPlanner interface {
+	ProvisionTask(plan store.DispatchInfo) (*store.NewTask, error)
+	TaskQueued(nodeID string)
+}
+
+// SetTaskPlanner installs the planner (before the service is used). Without one, provisioning
+// tasks are made from the allocation.requested outbox event.
+func (s *Service) SetTaskPlanner(p TaskPlanner) { s.planner = p }
 
 // New returns a Service.
 func New(st *store.Store, cfg Config) *Service {
@@ -183,6 +198,11 @@ func (s *Service) resolveRequest(ctx context.Context, tx *store.Tx, actor Actor,
 	} else {
 		sku, err = s.st.GetSKU(ctx, skuName)
 	}
+	return requestFor(actor, skuName, sku, err, gpus, region)
+}
+
+// requestFor validates a request against its SKU, as read (err: the read's outcome).
+func requestFor(actor Actor, skuName string, sku apiv1.SKU, err error, gpus int, region string) (request, error) {
 	if errors.Is(err, store.ErrNotFound) {
 		return request{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: fmt.Sprintf("unknown SKU %q", skuName)}
 	}
@@ -224,9 +244,13 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	if err := validateSSHKeys(req.SSHPublicKeys); err != nil {
 		return out, false, err
 	}
+	if req.SKU == "" {
+		return out, false, invalid("sku is required")
+	}
 	hash := requestHash(req)
 	var allocID string
 	var written store.AllocationRecord
+	var writtenTasks []store.TaskRecord
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
 		if idemKey != "" {
 			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
@@ -241,11 +265,13 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 				return err
 			}
 		}
-		r, err := s.resolveRequest(ctx, tx, actor, req.SKU, req.GPUs, req.Region)
+		// The SKU and the slice image it would boot, in one round trip.
+		sku, img, imgErr, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image)
+		r, err := requestFor(actor, req.SKU, sku, err, req.GPUs, req.Region)
 		if err != nil {
 			return err
 		}
-		allocID, err = s.reserve(ctx, tx, actor, r, req, idemKey, hash, &written)
+		allocID, err = s.reserve(ctx, tx, actor, r, req, img, imgErr, idemKey, hash, &written, &writtenTasks)
 		return err
 	})
 	if err != nil {
@@ -260,17 +286,21 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		return out, false, err
 	}
 	if !replayed && written.ID == allocID {
-		// Just written and committed: its host task does not exist yet, so this is what Get
-		// would read, without reading it.
-		return s.present(actor, written), false, nil
+		// Just written and committed, with its task: what Get would read, without reading it.
+		if len(writtenTasks) > 0 {
+			s.planner.TaskQueued(written.NodeID)
+		}
+		return withTasks(s.present(actor, written), writtenTasks), false, nil
 	}
 	out, err = s.Get(ctx, actor, allocID)
 	return out, replayed, err
 }
 
-// reserve places and writes the allocation; for a slice it also fills written with the
-// allocation as written (so Create answers without reading it again).
-func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, idemKey, hash string, written *store.AllocationRecord) (string, error) {
+// reserve places and writes the allocation (img, imgErr: the slice image as resolved); for a
+// slice it also fills written and writtenTasks with the allocation and its provisioning task
+// as written (so Create answers without reading them again).
+func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, img store.ResolvedImage, imgErr error,
+	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord) (string, error) {
 	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
 	if err != nil {
 		return "", invalid("%v", err)
@@ -285,18 +315,20 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		}
 		return s.reserveBaremetal(ctx, tx, actor, r, na)
 	}
-	img, err := tx.ResolveSliceImage(ctx, r.sku.SKU, req.Image)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(imgErr, store.ErrNotFound) {
 		msg := "no active vm_slice image with a digest is compatible with " + r.sku.SKU
 		if req.Image != "" {
 			msg = fmt.Sprintf("image %q is not an active, digest-pinned vm_slice image compatible with %s", req.Image, r.sku.SKU)
 		}
 		return "", unavailable(apiv1.ReasonNoImage, msg, nil)
 	}
-	if err != nil {
-		return "", err
+	if imgErr != nil {
+		return "", imgErr
 	}
 	na.OSImageID, na.ImageSnapshot = img.ID, img
+	if s.planner != nil {
+		na.ID = uuid.NewString()
+	}
 
 	var id string
 	attempts, lost := 0, 0
@@ -319,7 +351,12 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
 					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": img.Slug, "profile": profile.Name})
 				na.Audit = &rec
-				*written, err = tx.InsertAllocationRecord(ctx, na, claims)
+				if s.planner != nil {
+					if na.Task, err = s.planner.ProvisionTask(planOf(na, claims)); err != nil {
+						return err
+					}
+				}
+				*written, *writtenTasks, err = tx.InsertAllocationRecord(ctx, na, claims)
 				id = written.ID
 				return err
 			}()
@@ -350,6 +387,23 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 }
 
 var errLostRace = errors.New("lost slot lock race")
+
+// planOf is the dispatch plan of an allocation about to be written: what the dispatcher
+// would read back for it (claims' device snapshots by slot index).
+func planOf(na store.NewAllocation, claims []store.NewClaim) store.DispatchInfo {
+	js := func(v any) json.RawMessage {
+		b, _ := json.Marshal(v)
+		return b
+	}
+	p := store.DispatchInfo{ID: na.ID, NodeID: na.NodeID, CapacityShape: na.CapacityShape, Status: AllocRequested,
+		ResolvedProfile: js(na.ResolvedProfile), ImageSnapshot: js(na.ImageSnapshot), SSHPublicKeys: na.SSHPublicKeys}
+	for _, c := range claims {
+		if c.Kind == "slot" {
+			p.Snapshots = append(p.Snapshots, js(c.Snapshot))
+		}
+	}
+	return p
+}
 
 // Placement reads best-fit windows of nodes, not the whole fleet: the scheduler ranks the
 // candidates of the first window that yields a choice. Only when windowsBeforeFullScan windows
@@ -421,6 +475,7 @@ func lockChoice(ctx context.Context, sp *store.Tx, ch sched.Choice, cands []stor
 	if len(locked) != len(ch.SlotIDs) {
 		return nil, nil, nil, errLostRace
 	}
+	slices.SortFunc(locked, func(a, b store.LockedSlot) int { return a.SlotIndex - b.SlotIndex })
 	claims := make([]store.NewClaim, 0, len(locked))
 	ids := make([]string, 0, len(locked))
 	idx := make([]int, 0, len(locked))

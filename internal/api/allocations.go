@@ -28,8 +28,8 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request, p Prin
 		status = http.StatusOK
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	if !replayed {
-		s.kick()
+	if !replayed && len(out.Tasks) == 0 {
+		s.kick() // its host task comes from the outbox (a slice's was queued with it)
 	}
 	w.Header().Set("Location", "/api/v1/allocations/"+out.ID)
 	writeJSON(w, status, out)
@@ -62,7 +62,9 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	if n := s.term.CloseAllocation(out.ID); n > 0 {
 		s.log.Info("terminal sessions closed: the allocation is releasing", "allocation", out.ID, "sessions", n)
 	}
-	s.kick()
+	if out.Status != "released" {
+		s.kick() // the host tears down and wipes (released at once: nothing for a host to do)
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -71,6 +71,11 @@ type Dispatcher struct {
 
 	listenOnce sync.Once
 	listening  chan struct{}
+
+	// Nodes whose polls other replicas must wake (TaskQueued), sent by notifyLoop.
+	notifyMu      sync.Mutex
+	notifyPending []string
+	notifyWake    chan struct{}
 }
 
 // New returns a Dispatcher; Run starts its workers.
@@ -79,8 +84,67 @@ func New(st *store.Store, svc *alloc.Service, key ed25519.PrivateKey, log *slog.
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Dispatcher{st: st, alloc: svc, key: key, hub: NewHub(), log: log, cfg: cfg, kick: make(chan struct{}, 1), now: time.Now,
-		listening: make(chan struct{})}
+	d := &Dispatcher{st: st, alloc: svc, key: key, hub: NewHub(), log: log, cfg: cfg, kick: make(chan struct{}, 1), now: time.Now,
+		listening: make(chan struct{}), notifyWake: make(chan struct{}, 1)}
+	if svc != nil {
+		svc.SetTaskPlanner(d)
+	}
+	return d
+}
+
+// ProvisionTask builds the provisioning task of a slice allocation being created (see
+// alloc.TaskPlanner): the same task the outbox worker would make from the committed plan.
+func (d *Dispatcher) ProvisionTask(plan store.DispatchInfo) (*store.NewTask, error) {
+	return d.taskFor(store.OutboxEvent{Topic: "allocation.requested", AggregateID: plan.ID, NodeID: plan.NodeID}, plan)
+}
+
+// TaskQueued wakes node's polls on this replica at once and, through notifyLoop (never on
+// the caller's path), on the other replicas.
+func (d *Dispatcher) TaskQueued(node string) {
+	d.hub.Wake(node)
+	if d.cfg.NoReplicaWakeups {
+		return
+	}
+	d.notifyMu.Lock()
+	if !slices.Contains(d.notifyPending, node) && len(d.notifyPending) < maxNotifyPending {
+		d.notifyPending = append(d.notifyPending, node)
+	}
+	d.notifyMu.Unlock()
+	select {
+	case d.notifyWake <- struct{}{}:
+	default:
+	}
+}
+
+// maxNotifyPending bounds the nodes waiting for a NOTIFY (a replica whose notifier is stuck
+// must not grow without bound; other replicas' polls find their tasks when their wait ends).
+// notifyChunk keeps a payload (36-byte ids and commas) under PostgreSQL's 8000-byte limit.
+const (
+	maxNotifyPending = 10000
+	notifyChunk      = 200
+)
+
+// notifyLoop sends the wake-ups TaskQueued collected, one NOTIFY per chunk of nodes, so a
+// burst of creates costs a few notifications instead of one round trip each.
+func (d *Dispatcher) notifyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.notifyWake:
+		}
+		d.notifyMu.Lock()
+		nodes := d.notifyPending
+		d.notifyPending = nil
+		d.notifyMu.Unlock()
+		for len(nodes) > 0 {
+			n := min(len(nodes), notifyChunk)
+			if err := d.st.Notify(ctx, NotifyChannel, strings.Join(nodes[:n], ",")); err != nil && ctx.Err() == nil {
+				d.log.Warn("notify", "nodes", n, "err", err)
+			}
+			nodes = nodes[n:]
+		}
+	}
 }
 
 // Hub exposes the wake-up hub.
@@ -106,6 +170,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		go d.reconcileLoop(ctx)
 	}
 	go d.capacityLoop(ctx)
+	go d.notifyLoop(ctx)
 	reap := time.NewTicker(d.cfg.ReapEvery)
 	sweep := time.NewTicker(d.cfg.OutboxEvery)
 	defer reap.Stop()

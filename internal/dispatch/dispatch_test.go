@@ -372,15 +372,18 @@ func TestExpiredTaskFailsTheAllocation(t *testing.T) {
 	}
 }
 
-// A host long-polling replica A receives a task created through replica B: B's NOTIFY (sent
-// after commit) reaches A's LISTEN relay, which wakes the waiting poll.
+// A host long-polling replica A receives a task created through replica B: B queues the task
+// in the create transaction and its notifier's NOTIFY (sent after commit, off the request
+// path) reaches A's LISTEN relay, which wakes the waiting poll.
 func TestCrossReplicaWakeUp(t *testing.T) {
 	w := setup(t, dispatch.Config{OutboxEvery: time.Hour, ReapEvery: time.Hour})
 	_, privB, _ := ed25519.GenerateKey(rand.Reader)
-	replicaB := dispatch.New(w.st, w.svc, privB, nil, dispatch.Config{})
+	svcB := alloc.New(w.st, alloc.Config{}) // each replica has its own service and dispatcher
+	replicaB := dispatch.New(w.st, svcB, privB, nil, dispatch.Config{OutboxEvery: time.Hour, ReapEvery: time.Hour})
 	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	go w.d.Run(ctx) // replica A: LISTEN relay running; its outbox sweep is effectively off
+	go replicaB.Run(ctx)
 	got := make(chan *task.Envelope, 1)
 	go func() {
 		env, _ := w.d.Poll(ctx, w.node.ID, time.Minute)
@@ -395,19 +398,59 @@ func TestCrossReplicaWakeUp(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("replica A never started listening")
 	}
-	if _, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := replicaB.ProcessOutbox(w.ctx, 10); err != nil { // B queues the task and notifies
+	a, _, err := svcB.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case env := <-got:
-		if env == nil || env.Type != task.TypeVMProvision {
-			t.Fatalf("poll on A got %+v", env)
+		if env == nil || env.Type != task.TypeVMProvision || len(a.Tasks) != 1 || env.TaskID != a.Tasks[0].ID {
+			t.Fatalf("poll on A got %+v; created with tasks %+v", env, a.Tasks)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("replica A's poll was not woken by replica B's task")
+	}
+}
+
+// A slice allocation's provisioning task is queued by the create transaction itself: Create
+// answers with it, a poll already parked on this replica is woken without the outbox worker,
+// and the allocation.requested event is recorded already dispatched (no second task).
+func TestCreateQueuesTheProvisioningTask(t *testing.T) {
+	w := setup(t, dispatch.Config{OutboxEvery: time.Hour, ReapEvery: time.Hour}) // no Run: no outbox worker
+	got := make(chan *task.Envelope, 1)
+	go func() {
+		env, _ := w.d.Poll(w.ctx, w.node.ID, 30*time.Second)
+		got <- env
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.d.Hub().Waiting(w.node.ID) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // until the poll is parked
+	}
+	a := w.allocate(1)
+	if len(a.Tasks) != 1 || a.Tasks[0].Type != string(task.TypeVMProvision) || a.Tasks[0].Status != "queued" {
+		t.Fatalf("create answered with tasks %+v", a.Tasks)
+	}
+	select {
+	case env := <-got:
+		if env == nil || env.TaskID != a.Tasks[0].ID {
+			t.Fatalf("parked poll got %+v", env)
+		}
+		if _, err := (&task.Verifier{Key: w.pub, NodeID: w.node.ID}).Verify(env); err != nil {
+			t.Fatal(err)
+		}
+		var p task.VMProvision
+		if err := json.Unmarshal(env.Payload, &p); err != nil || p.AllocationID != a.ID || len(p.Bundles) != 1 || p.Image.DigestSHA256 == "" {
+			t.Fatalf("plan %+v, %v", p, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the parked poll was not woken by the create")
+	}
+	// The outbox worker makes no second provisioning task from the (dispatched) event.
+	if _, err := w.d.ProcessOutbox(w.ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if tasks, err := w.st.ListTasks(w.ctx, store.TaskFilter{AllocationID: a.ID}); err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks after the outbox ran: %+v, %v", tasks, err)
 	}
 }
 
@@ -464,16 +507,13 @@ func TestRepairWipeReturnsBlockedSlot(t *testing.T) {
 }
 
 // A poll with free task slots leases a burst of tasks at once, oldest first, never more than
-// asked and never one task twice; an outbox batch that spans several nodes wakes them all.
+// asked and never one task twice.
 func TestPollManyLeasesABurst(t *testing.T) {
 	w := setup(t, dispatch.Config{})
 	for range 3 {
 		if _, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, ""); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if n, err := w.d.ProcessOutbox(w.ctx, 10); err != nil || n != 3 {
-		t.Fatalf("outbox: %d events, %v", n, err)
 	}
 	first, err := w.d.PollMany(w.ctx, w.node.ID, time.Second, 2)
 	if err != nil || len(first) != 2 {
@@ -510,8 +550,10 @@ func TestReleasedBeforeTheHostTookItIsNeverProvisioned(t *testing.T) {
 		}
 		return a
 	}
-	// 1. Released before the outbox worker ran.
-	a1, _, err := w.svc.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, "")
+	// 1. Released before the outbox worker ran (a service without a task planner: its task
+	// comes from the outbox, as a re-placement's does).
+	outboxOnly := alloc.New(w.st, alloc.Config{})
+	a1, _, err := outboxOnly.Create(w.ctx, w.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,18 +251,25 @@ func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]Dispat
 	return out, nil
 }
 
-// CancelQueuedTasks cancels an allocation's tasks no host has taken yet and reports whether
-// its provision task is already leased (handed to its host). Two statements on purpose: the
-// update waits for a lease being taken concurrently, and the check then sees it.
-func (t *Tx) CancelQueuedTasks(ctx context.Context, allocID string) (leased bool, err error) {
-	if _, err := t.tx.Exec(ctx, `UPDATE node_tasks SET status = 'cancelled', error = 'allocation released before its host took the task',
-			updated_at = now(), completed_at = now()
-		WHERE allocation_id = $1::uuid AND status = 'queued'`, uuidArg(allocID)); err != nil {
-		return false, translate(err)
-	}
-	err = t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM node_tasks
-		WHERE allocation_id = $1::uuid AND type = 'slice.vm_provision' AND status = 'leased')`, uuidArg(allocID)).Scan(&leased)
-	return leased, translate(err)
+// LockForRelease is GetAllocationForUpdate for a release, in the same round trip: when the
+// allocation (as tenantID may see it) is still requested, its tasks no host has taken yet are
+// cancelled (they must never run: its slots go back to the pool), and leased reports whether
+// its provisioning task is already with its host (then the release goes through the host,
+// with a wipe).
+func (t *Tx) LockForRelease(ctx context.Context, id, tenantID string) (rec AllocationRecord, leased bool, err error) {
+	rec, err = getAllocationBatch(ctx, t.tx, id, tenantID, true, func(b *pgx.Batch) {
+		b.Queue(`WITH a AS (SELECT id FROM allocations WHERE id = $1::uuid AND status = 'requested'
+					AND ($2::uuid IS NULL OR tenant_id = $2::uuid)),
+				cancelled AS (UPDATE node_tasks SET status = 'cancelled', error = 'allocation released before its host took the task',
+						updated_at = now(), completed_at = now()
+					WHERE allocation_id IN (SELECT id FROM a) AND status = 'queued' RETURNING 1)
+			SELECT EXISTS (SELECT 1 FROM node_tasks
+				WHERE allocation_id IN (SELECT id FROM a) AND type = 'slice.vm_provision' AND status = 'leased')`,
+			uuidArg(id), optUUID(tenantID))
+	}, func(br pgx.BatchResults) error {
+		return translate(br.QueryRow().Scan(&leased))
+	})
+	return rec, leased, err
 }
 
 // CancelTask ends a leased task that must not run (its allocation is gone).

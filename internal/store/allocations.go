@@ -57,23 +57,33 @@ func (t *Tx) GetAllocation(ctx context.Context, id, tenantID string) (Allocation
 func (s *Store) GetAllocationWithTasks(ctx context.Context, id, tenantID string) (AllocationRecord, []TaskRecord, error) {
 	var tasks []TaskRecord
 	rec, err := getAllocationBatch(ctx, s.pool, id, tenantID, false, func(b *pgx.Batch) {
-		b.Queue(`SELECT `+taskColumns+` FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`, uuidArg(id))
-	}, func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
-			return translate(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var tr TaskRecord
-			if err := scanTask(rows, &tr); err != nil {
-				return translate(err)
-			}
-			tasks = append(tasks, tr)
-		}
-		return translate(rows.Err())
+		b.Queue(allocTasksSQL, uuidArg(id))
+	}, func(br pgx.BatchResults) (err error) {
+		tasks, err = readTasks(br)
+		return err
 	})
 	return rec, tasks, err
+}
+
+// allocTasksSQL reads an allocation's host tasks, newest first ($1: the allocation id).
+const allocTasksSQL = `SELECT ` + taskColumns + ` FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`
+
+// readTasks reads the result of allocTasksSQL queued in a batch.
+func readTasks(br pgx.BatchResults) ([]TaskRecord, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var tasks []TaskRecord
+	for rows.Next() {
+		var tr TaskRecord
+		if err := scanTask(rows, &tr); err != nil {
+			return nil, translate(err)
+		}
+		tasks = append(tasks, tr)
+	}
+	return tasks, translate(rows.Err())
 }
 
 func getAllocation(ctx context.Context, q querier, id, tenantID string, lock bool) (AllocationRecord, error) {
@@ -218,11 +228,12 @@ func (t *Tx) Transition(ctx context.Context, tr Transition) error {
 
 // CancelRequested releases an allocation that never reached its host, in one round trip:
 // requested -> releasing -> released, its slots back to available, its claims released, an
-// allocation.released outbox event and the audit record.
-func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) error {
+// allocation.released outbox event and the audit record; it returns the allocation and its
+// tasks as written.
+func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) (AllocationRecord, []TaskRecord, error) {
 	payload, err := json.Marshal(map[string]any{"allocation_id": id, "cancelled_before_provisioning": true})
 	if err != nil {
-		return err
+		return AllocationRecord{}, nil, err
 	}
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE allocations SET status = 'releasing', releasing_at = coalesce(releasing_at, $2) WHERE id = $1`, id, at)
@@ -232,11 +243,17 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 	b.Queue(`UPDATE allocation_resource_claims SET status = 'released', released_at = $2
 		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, id, at)
 	b.Queue(`UPDATE allocations SET status = 'released', released_at = $2, placement_status = 'released' WHERE id = $1`, id, at)
-	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.released', $1, $2, $3)`, id, nullIfEmpty(nodeID), payload)
+	// Informational: no host has anything to do, so the event is recorded already dispatched.
+	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload, dispatched_at) VALUES ('allocation.released', $1, $2, $3, now())`,
+		id, nullIfEmpty(nodeID), payload)
 	if err := queueAudit(b, audit); err != nil {
-		return err
+		return AllocationRecord{}, nil, err
 	}
-	return translate(t.tx.SendBatch(ctx, b).Close())
+	writes := b.Len()
+	b.Queue(allocByIDSQL, id)
+	b.Queue(claimsSQL, id)
+	b.Queue(allocTasksSQL, uuidArg(id))
+	return t.writeReadBack(ctx, b, writes, true)
 }
 
 // SetClaimsStatus moves every non-final claim of an allocation.

@@ -3,6 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
 // ResolvedImage is the image a slice allocation will boot.
@@ -34,15 +38,38 @@ func (s *Store) ResolveSliceImage(ctx context.Context, sku, slug string) (Resolv
 	return resolveSliceImage(ctx, s.pool, sku, slug)
 }
 
+// resolveImageSQL picks the slice image for $1 (SKU) and $2 (slug, "" for the default).
+const resolveImageSQL = `SELECT i.id::text, i.slug, i.source_type, i.source_ref, i.digest_sha256, i.image_format, i.default_username
+	FROM os_images i
+	WHERE ` + viableImage + ` AND ($2 = '' OR i.slug = $2)
+	ORDER BY coalesce(i.compatibility_metadata->'compatible_skus' ? $1, false) DESC, i.is_default DESC, i.created_at DESC
+	LIMIT 1`
+
 func resolveSliceImage(ctx context.Context, q querier, sku, slug string) (ResolvedImage, error) {
+	return scanResolvedImage(q.QueryRow(ctx, resolveImageSQL, sku, slug))
+}
+
+func scanResolvedImage(row pgx.Row) (ResolvedImage, error) {
 	var r ResolvedImage
-	err := q.QueryRow(ctx, `SELECT i.id::text, i.slug, i.source_type, i.source_ref, i.digest_sha256, i.image_format, i.default_username
-		FROM os_images i
-		WHERE `+viableImage+` AND ($2 = '' OR i.slug = $2)
-		ORDER BY coalesce(i.compatibility_metadata->'compatible_skus' ? $1, false) DESC, i.is_default DESC, i.created_at DESC
-		LIMIT 1`, sku, slug).Scan(&r.ID, &r.Slug, &r.SourceType, &r.SourceRef, &r.DigestSHA256, &r.ImageFormat, &r.Username)
+	err := row.Scan(&r.ID, &r.Slug, &r.SourceType, &r.SourceRef, &r.DigestSHA256, &r.ImageFormat, &r.Username)
 	if errors.Is(translate(err), ErrNotFound) {
 		return r, ErrNotFound
 	}
 	return r, translate(err)
+}
+
+// SKUWithSliceImage reads a SKU (GetSKU) and resolves its slice image (ResolveSliceImage) in
+// one round trip. imgErr is the image lookup's own outcome (ErrNotFound when none fits) and
+// means something only for a gpu_slice SKU; err is the SKU's (ErrNotFound) or the batch's.
+func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string) (out apiv1.SKU, img ResolvedImage, imgErr, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+skuColumns+` FROM sku_catalog WHERE sku = $1`, sku)
+	b.Queue(resolveImageSQL, sku, slug)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := translate(scanSKU(br.QueryRow(), &out)); err != nil {
+		return out, img, nil, err
+	}
+	img, imgErr = scanResolvedImage(br.QueryRow())
+	return out, img, imgErr, translate(br.Close())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -422,6 +423,12 @@ type NewAllocation struct {
 	RequestHash     string
 	// Audit, when set, is written with the allocation (its TargetID becomes the new id).
 	Audit *AuditRecord
+	// ID, when set, is the new allocation's id (made here otherwise).
+	ID string
+	// Task, when set, is the allocation's provisioning task, queued in the same round trip:
+	// its allocation.requested outbox event is written already dispatched and linked to it,
+	// so nothing waits for the outbox worker between commit and the host.
+	Task *NewTask
 }
 
 // NewClaim is one claim row.
@@ -436,13 +443,13 @@ type NewClaim struct {
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
 // queues the outbox event, all in the caller's transaction.
 func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []NewClaim) (string, error) {
-	rec, err := t.InsertAllocationRecord(ctx, a, claims)
+	rec, _, err := t.InsertAllocationRecord(ctx, a, claims)
 	return rec.ID, err
 }
 
-// InsertAllocationRecord is InsertAllocation returning the allocation as written, read back
-// in the same round trip (so the API answers a create without reading it again).
-func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims []NewClaim) (AllocationRecord, error) {
+// InsertAllocationRecord is InsertAllocation returning the allocation as written, and its
+// queued task when a.Task was set, read back in the same round trip.
+func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims []NewClaim) (AllocationRecord, []TaskRecord, error) {
 	js := func(v any) []byte {
 		if v == nil {
 			return []byte("{}")
@@ -456,7 +463,10 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	// One round trip: the id is made here so the claims, outbox event and audit record can
 	// ride in the same batch as the allocation row. created_at is the insert's own time (the
 	// end of placement, just before commit), not the transaction's start.
-	id := uuid.NewString()
+	id := a.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
 	batch := &pgx.Batch{}
 	batch.Queue(`SAVEPOINT gpuaas_insert`)
 	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
@@ -478,47 +488,69 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	if len(slotIDs) > 0 {
 		batch.Queue(`UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	}
-	batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`,
-		id, a.NodeID, js(map[string]any{"allocation_id": id, "capacity_shape": a.CapacityShape, "slot_ids": slotIDs}))
+	event := js(map[string]any{"allocation_id": id, "capacity_shape": a.CapacityShape, "slot_ids": slotIDs})
+	if a.Task == nil {
+		batch.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload) VALUES ('allocation.requested', $1, $2, $3)`,
+			id, a.NodeID, event)
+	} else {
+		payload, err := json.Marshal(a.Task.Payload)
+		if err != nil {
+			return AllocationRecord{}, nil, fmt.Errorf("task payload: %w", err)
+		}
+		batch.Queue(`WITH ev AS (
+				INSERT INTO outbox (topic, aggregate_id, node_id, payload, dispatched_at)
+				VALUES ('allocation.requested', $1, $2, $3, now()) RETURNING id)
+			INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after, outbox_id)
+			SELECT $2, $1, $4, $5, now() + make_interval(secs => $6::float8), ev.id FROM ev`,
+			id, a.NodeID, event, a.Task.Type, payload, a.Task.TTL.Seconds())
+	}
 	if a.Audit != nil {
 		r := *a.Audit
 		r.TargetID = id
 		if err := queueAudit(batch, r); err != nil {
-			return AllocationRecord{}, err
+			return AllocationRecord{}, nil, err
 		}
 	}
 	writes := batch.Len()
 	batch.Queue(allocByIDSQL, id)
 	batch.Queue(claimsSQL, id)
+	if a.Task != nil {
+		batch.Queue(allocTasksSQL, uuidArg(id))
+	}
 	batch.Queue(`RELEASE SAVEPOINT gpuaas_insert`)
-	rec, err := t.insertBatch(ctx, batch, writes)
+	rec, tasks, err := t.writeReadBack(ctx, batch, writes, a.Task != nil)
 	if err != nil {
 		// Undo this attempt only: the caller's transaction stays usable (next choice).
 		if _, rerr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT gpuaas_insert`); rerr != nil {
-			return AllocationRecord{}, errors.Join(err, translate(rerr))
+			return AllocationRecord{}, nil, errors.Join(err, translate(rerr))
 		}
-		return AllocationRecord{}, err
+		return AllocationRecord{}, nil, err
 	}
-	return rec, nil
+	return rec, tasks, nil
 }
 
-// insertBatch runs an InsertAllocationRecord batch: SAVEPOINT, writes, the read-back, RELEASE.
-func (t *Tx) insertBatch(ctx context.Context, batch *pgx.Batch, writes int) (AllocationRecord, error) {
+// writeReadBack runs a batch of writes statements followed by allocByIDSQL, claimsSQL and,
+// when withTasks, allocTasksSQL (then whatever else was queued, e.g. RELEASE SAVEPOINT), and
+// returns what was read back.
+func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, withTasks bool) (AllocationRecord, []TaskRecord, error) {
 	br := t.tx.SendBatch(ctx, batch)
 	defer br.Close()
 	for range writes {
 		if _, err := br.Exec(); err != nil {
-			return AllocationRecord{}, translate(err)
+			return AllocationRecord{}, nil, translate(err)
 		}
 	}
 	rec, err := readAllocation(br)
 	if err != nil {
-		return rec, err
+		return rec, nil, err
 	}
-	if _, err := br.Exec(); err != nil {
-		return rec, translate(err)
+	var tasks []TaskRecord
+	if withTasks {
+		if tasks, err = readTasks(br); err != nil {
+			return rec, nil, err
+		}
 	}
-	return rec, translate(br.Close())
+	return rec, tasks, translate(br.Close())
 }
 
 // AllocationByIdempotencyKey finds an earlier allocation created with the same key.
