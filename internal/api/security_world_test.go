@@ -73,6 +73,24 @@ func secSetup(t *testing.T, sec api.SecurityConfig) *secWorld {
 	if _, err := pki.Init(pki.InitOptions{Dir: w.dir}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.InTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.CreateToken(ctx, "sec-admin", pki.HashToken(w.admin), "admin", "", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.svc = alloc.New(st, alloc.Config{})
+	w.srv, w.api = w.replica(sec)
+	w.caFile = pki.Paths{Dir: w.dir}.CACert()
+	w.plain = httpClient(t, w.caFile, nil)
+	return w
+}
+
+// replica starts a controller API (one more replica when called again) on the world's
+// database and PKI.
+func (w *secWorld) replica(sec api.SecurityConfig) (*httptest.Server, *api.Server) {
+	t := w.t
+	t.Helper()
 	ca, err := pki.LoadCA(w.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -85,24 +103,15 @@ func secSetup(t *testing.T, sec api.SecurityConfig) *secWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.InTx(ctx, func(tx *store.Tx) error {
-		_, err := tx.CreateToken(ctx, "sec-admin", pki.HashToken(w.admin), "admin", "", nil)
-		return err
-	}); err != nil {
+	d := dispatch.New(w.st, w.svc, key, nil, dispatch.Config{Lease: 30 * time.Minute})
+	a := api.New(api.Options{Store: w.st, Alloc: w.svc, Dispatch: d, CA: ca, SigningPub: pub, Version: "test", Security: sec})
+	srv := httptest.NewUnstartedServer(a.Handler())
+	if srv.TLS, err = pki.ServerTLSConfig(w.dir); err != nil {
 		t.Fatal(err)
 	}
-	w.svc = alloc.New(st, alloc.Config{})
-	d := dispatch.New(st, w.svc, key, nil, dispatch.Config{Lease: 30 * time.Minute})
-	w.api = api.New(api.Options{Store: st, Alloc: w.svc, Dispatch: d, CA: ca, SigningPub: pub, Version: "test", Security: sec})
-	w.srv = httptest.NewUnstartedServer(w.api.Handler())
-	if w.srv.TLS, err = pki.ServerTLSConfig(w.dir); err != nil {
-		t.Fatal(err)
-	}
-	w.srv.StartTLS()
-	t.Cleanup(w.srv.Close)
-	w.caFile = pki.Paths{Dir: w.dir}.CACert()
-	w.plain = httpClient(t, w.caFile, nil)
-	return w
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, a
 }
 
 // populate adds the tenants, tokens, image and nodes (X and Y enrolled, Z with slots).
