@@ -35,6 +35,7 @@ type secWorld struct {
 	st      *store.Store
 	svc     *alloc.Service
 	dir     string
+	dbURL   string
 	caFile  string
 	plain   *http.Client // TLS, no client certificate
 	admin   string
@@ -64,12 +65,13 @@ func secSetup(t *testing.T, sec api.SecurityConfig) *secWorld {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	url := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	w := &secWorld{t: t, st: st, dir: t.TempDir(), admin: "gpa_sec_admin_0123456789"}
+	w := &secWorld{t: t, st: st, dir: t.TempDir(), dbURL: url, admin: "gpa_sec_admin_0123456789"}
 	if _, err := pki.Init(pki.InitOptions{Dir: w.dir}); err != nil {
 		t.Fatal(err)
 	}
