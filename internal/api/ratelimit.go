@@ -20,10 +20,12 @@ type RateLimit struct {
 // SecurityConfig tunes authentication hardening. The zero value is production's defaults.
 type SecurityConfig struct {
 	// AuthFailures limits failed authentications (bad, expired or revoked tokens or
-	// certificates, bad bootstrap or session tokens) per client IP; past it failures get
-	// 429 with Retry-After. Valid credentials are never throttled by it.
+	// certificates, bad terminal session tokens) per client IP; past it failures get 429
+	// with Retry-After. Valid credentials are never throttled by it.
 	AuthFailures RateLimit
-	// Enroll limits enrollment attempts per client IP (each signs a certificate).
+	// Enroll limits failed enrollments (unknown, spent or expired bootstrap tokens) per
+	// client IP, more tightly: a bootstrap token mints a host identity. A valid one is never
+	// throttled (it is one-time, so it cannot be used to make the CA sign at will).
 	Enroll RateLimit
 	// RenewGrace is how long a renewed node certificate keeps working after its
 	// replacement was issued (requests in flight, a retried renewal whose answer was lost).
@@ -37,7 +39,7 @@ func (c *SecurityConfig) defaults() {
 		c.AuthFailures = RateLimit{Burst: 30, Every: time.Second}
 	}
 	if c.Enroll.Burst == 0 {
-		c.Enroll = RateLimit{Burst: 30, Every: 2 * time.Second}
+		c.Enroll = RateLimit{Burst: 10, Every: 6 * time.Second}
 	}
 	if c.RenewGrace <= 0 {
 		c.RenewGrace = 10 * time.Minute
@@ -135,21 +137,18 @@ func errRateLimited(what string, retry time.Duration) *apiv1.Error {
 // throttleFailure counts an authentication failure against the client's address; once the
 // address has spent its failures, the answer becomes 429 (the credential is still checked
 // first, so a valid one is never refused because a neighbour behind the same NAT erred).
+// Failed enrollments have their own, tighter bucket.
 func (s *Server) throttleFailure(r *http.Request, err error) error {
 	var ae *apiv1.Error
 	if !errors.As(err, &ae) || ae.Code != apiv1.CodeUnauthorized {
 		return err
 	}
-	if ok, retry := s.authFails.take(clientIP(r)); !ok {
-		return errRateLimited("failed authentications", retry)
+	lim, what := s.authFails, "failed authentications"
+	if r.URL.Path == enrollPath {
+		lim, what = s.enrolls, "failed enrollments"
+	}
+	if ok, retry := lim.take(clientIP(r)); !ok {
+		return errRateLimited(what, retry)
 	}
 	return err
-}
-
-// allowEnroll spends one enrollment attempt of the client's address.
-func (s *Server) allowEnroll(r *http.Request) error {
-	if ok, retry := s.enrolls.take(clientIP(r)); !ok {
-		return errRateLimited("enrollment attempts", retry)
-	}
-	return nil
 }

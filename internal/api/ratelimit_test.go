@@ -47,25 +47,29 @@ func (w *secWorld) doHeader(method, path, bearer string, body any) (int, http.He
 
 // Failed authentications from one address are answered 429 with Retry-After once its
 // bucket is spent, while valid tokens and certificates from the same address keep working;
-// the bucket refills with (injected) time. Enrollment attempts have their own bucket.
+// the bucket refills with (injected) time. Failed enrollments have their own bucket.
 func TestAuthFailuresAndEnrollmentRateLimited(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	w := secSetup(t, api.SecurityConfig{AuthFailures: api.RateLimit{Burst: 3, Every: time.Minute},
 		Enroll: api.RateLimit{Burst: 2, Every: time.Minute}, Now: clock.Now})
-	w.populate() // enrolls nodes X and Y: the enrollment burst is spent
+	w.populate() // enrolls nodes X and Y: successful enrollments spend nothing
 
-	// Enrollment: the third attempt within the minute is refused even with a valid token,
-	// and nothing is issued; a minute later the same token enrolls.
+	// Enrollment failures have their own bucket: two unknown bootstrap tokens, then 429;
+	// a valid (one-time) token still enrolls, and failed API authentications are untouched.
+	_, pubPEM := enrollKey(t)
+	for i := range 2 {
+		bad := apiv1.EnrollRequest{BootstrapToken: "gpb_guess_" + string(rune('a'+i)), PublicKeyPEM: pubPEM}
+		if code, _, body := w.doHeader("POST", "/api/v1/agent/enroll", "", bad); code != 401 {
+			t.Fatalf("bad enrollment %d = %d %s", i, code, body)
+		}
+	}
+	code, hdr, body := w.doHeader("POST", "/api/v1/agent/enroll", "", apiv1.EnrollRequest{BootstrapToken: "gpb_guess_c", PublicKeyPEM: pubPEM})
+	if code != 429 || hdr.Get("Retry-After") != "60" || !strings.Contains(string(body), "enrollments") {
+		t.Fatalf("3rd failed enrollment in a minute = %d Retry-After=%q %s", code, hdr.Get("Retry-After"), body)
+	}
 	var n apiv1.Node
 	w.must("POST", "/api/v1/admin/nodes", w.admin, apiv1.NodeCreate{Name: "node-late", Region: "lab"}, 201, &n)
-	_, pubPEM := enrollKey(t)
-	req := apiv1.EnrollRequest{BootstrapToken: n.BootstrapToken, PublicKeyPEM: pubPEM}
-	code, hdr, body := w.doHeader("POST", "/api/v1/agent/enroll", "", req)
-	if code != 429 || hdr.Get("Retry-After") == "" || !strings.Contains(string(body), "enrollment") {
-		t.Fatalf("3rd enrollment in a minute = %d %s", code, body)
-	}
-	clock.advance(time.Minute)
-	w.must("POST", "/api/v1/agent/enroll", "", req, 201, nil)
+	w.must("POST", "/api/v1/agent/enroll", "", apiv1.EnrollRequest{BootstrapToken: n.BootstrapToken, PublicKeyPEM: pubPEM}, 201, nil)
 
 	for i := range 3 {
 		if code, _, body := w.doHeader("GET", "/api/v1/whoami", "gpa_guess_"+string(rune('a'+i)), nil); code != 401 {

@@ -67,7 +67,7 @@ type Server struct {
 	nodeCerts  *authCache[string]            // node id by certificate serial
 	secCfg     SecurityConfig
 	authFails  *ipLimiter // authentication failures per client IP
-	enrolls    *ipLimiter // enrollment attempts per client IP
+	enrolls    *ipLimiter // failed enrollments per client IP
 }
 
 // New builds the API handler tree.
@@ -247,7 +247,7 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/tasks", adminOnly, s.listTasks, "List node tasks (query: node, allocation)", nil, apiv1.List[store.TaskRecord]{}, 200},
 		{"GET", "/api/v1/tasks/{id}", adminOnly, s.getTask, "Show a node task with its phases", nil, store.TaskRecord{}, 200},
 
-		{"POST", "/api/v1/agent/enroll", public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
+		{"POST", enrollPath, public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
 		{"POST", "/api/v1/agent/renew", nodeOnly, s.renew, "Rotate the node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
 		{"POST", "/api/v1/allocations/{id}/terminal", anyUser, s.openTerminal, "Open a terminal/stdio/console session into an active allocation's VM; returns a single-use ticket", apiv1.TerminalRequest{}, apiv1.TerminalTicket{}, 201},
 		{"GET", "/api/v1/terminal/{session}/attach", anyUser, s.attachClient, "Attach to a session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token; HTTP/1.1)", nil, nil, 101},
