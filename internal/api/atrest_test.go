@@ -12,7 +12,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/pki"
 )
 
-// No secret handed to a caller is stored in the clear: a pg_dump of the whole database
+// No secret handed to a matrixCaller is stored in the clear: a pg_dump of the whole database
 // holds the SHA-256 of every API token, bootstrap token and terminal client token, and
 // none of the tokens themselves.
 func TestTokensAreHashedAtRest(t *testing.T) {

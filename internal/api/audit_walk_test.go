@@ -40,7 +40,7 @@ type auditStep struct {
 	actor  string                   // a substring of the row's actor (default: the admin token's name)
 }
 
-func idOf(body []byte) string {
+func jsonID(body []byte) string {
 	var v struct {
 		ID string `json:"id"`
 	}
@@ -48,7 +48,7 @@ func idOf(body []byte) string {
 	return v.ID
 }
 
-func fixed(id string) func([]byte) string { return func([]byte) string { return id } }
+func fixedID(id string) func([]byte) string { return func([]byte) string { return id } }
 
 // TestEveryPrivilegedMutationIsAudited walks every mutation route of the table (from the
 // served OpenAPI document): each successful call writes exactly one audit row naming the
@@ -97,7 +97,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 	var walkNodeClient *http.Client
 	var createdAlloc string
 	steps := []auditStep{
-		{route: "POST /api/v1/admin/tenants", path: "/api/v1/admin/tenants", body: map[string]string{"name": "walk"}, status: 201, action: "tenant.create", target: idOf},
+		{route: "POST /api/v1/admin/tenants", path: "/api/v1/admin/tenants", body: map[string]string{"name": "walk"}, status: 201, action: "tenant.create", target: jsonID},
 		{route: "POST /api/v1/admin/tokens", path: "/api/v1/admin/tokens", body: apiv1.TokenCreate{Name: "walk", Role: "tenant", TenantID: w.tenBID}, status: 201, action: "token.create",
 			target: func(b []byte) string { _ = json.Unmarshal(b, &walkToken); return walkToken.ID }},
 		{route: "POST /api/v1/admin/tokens/{id}/revoke", path: "/api/v1/admin/tokens/{walkToken}/revoke", status: 200, action: "token.revoke", target: func([]byte) string { return walkToken.ID }},
@@ -109,30 +109,30 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 			target: func([]byte) string { return walkNode.ID }, actor: "node:"},
 		{route: "POST /api/v1/admin/nodes/{id}/bootstrap-token", path: "/api/v1/admin/nodes/node-walk/bootstrap-token", status: 201, action: "node.bootstrap_token", target: func([]byte) string { return walkNode.ID }},
 		{route: "POST /api/v1/admin/nodes/{id}/revoke", path: "/api/v1/admin/nodes/node-walk/revoke", status: 200, action: "node.revoke", target: func([]byte) string { return walkNode.ID }},
-		{route: "POST /api/v1/admin/nodes/{id}/drain", path: "/api/v1/admin/nodes/" + z + "/drain", status: 200, action: "node.drain", target: fixed(z)},
-		{route: "POST /api/v1/admin/nodes/{id}/undrain", path: "/api/v1/admin/nodes/" + z + "/undrain", status: 200, action: "node.undrain", target: fixed(z)},
-		{route: "PUT /api/v1/admin/nodes/{id}/slots", path: "/api/v1/admin/nodes/" + z + "/slots", body: apiv1.SlotApply{Slots: changed}, status: 200, action: "node.slots.apply", target: fixed(z)},
-		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/disable", path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", status: 200, action: "slot.disable", target: idOf},
-		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/enable", path: "/api/v1/admin/nodes/" + z + "/slots/7/enable", status: 200, action: "slot.enable", target: idOf},
+		{route: "POST /api/v1/admin/nodes/{id}/drain", path: "/api/v1/admin/nodes/" + z + "/drain", status: 200, action: "node.drain", target: fixedID(z)},
+		{route: "POST /api/v1/admin/nodes/{id}/undrain", path: "/api/v1/admin/nodes/" + z + "/undrain", status: 200, action: "node.undrain", target: fixedID(z)},
+		{route: "PUT /api/v1/admin/nodes/{id}/slots", path: "/api/v1/admin/nodes/" + z + "/slots", body: apiv1.SlotApply{Slots: changed}, status: 200, action: "node.slots.apply", target: fixedID(z)},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/disable", path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", status: 200, action: "slot.disable", target: jsonID},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/enable", path: "/api/v1/admin/nodes/" + z + "/slots/7/enable", status: 200, action: "slot.enable", target: jsonID},
 		{route: "POST /api/v1/admin/skus", path: "/api/v1/admin/skus", body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA", DisplayName: "B200 node", CapacityShape: "baremetal",
-			GPUsTotal: 8, AllowedGPUCounts: []int{8}}, status: 201, action: "sku.create", target: fixed("b200-bm")},
-		{route: "PATCH /api/v1/admin/skus/{sku}", path: "/api/v1/admin/skus/b200-bm", body: apiv1.SKUPatch{DisplayName: ptr("B200")}, status: 200, action: "sku.patch", target: fixed("b200-bm")},
-		{route: "POST /api/v1/admin/os-images", path: "/api/v1/admin/os-images", body: testImage("walk-img"), status: 201, action: "os_image.create", target: idOf},
-		{route: "PATCH /api/v1/admin/os-images/{id}", path: "/api/v1/admin/os-images/walk-img", body: apiv1.OSImagePatch{DisplayName: ptr("walk")}, status: 200, action: "os_image.patch", target: idOf},
-		{route: "DELETE /api/v1/admin/os-images/{id}", path: "/api/v1/admin/os-images/walk-img", status: 200, action: "os_image.retire", target: idOf},
-		{route: "POST /api/v1/admin/nodes/{id}/slice-topology/discovery", path: "/api/v1/admin/nodes/" + w.nodeX.ID + "/slice-topology/discovery", status: 202, action: "node.topology_discover", target: fixed(w.nodeX.ID)},
-		{route: "POST /api/v1/admin/nodes/{id}/slots/approve", path: "/api/v1/admin/nodes/" + w.nodeX.ID + "/slots/approve", body: "{discovered}", status: 200, action: "node.slots.approve", target: fixed(w.nodeX.ID)},
+			GPUsTotal: 8, AllowedGPUCounts: []int{8}}, status: 201, action: "sku.create", target: fixedID("b200-bm")},
+		{route: "PATCH /api/v1/admin/skus/{sku}", path: "/api/v1/admin/skus/b200-bm", body: apiv1.SKUPatch{DisplayName: refTo("B200")}, status: 200, action: "sku.patch", target: fixedID("b200-bm")},
+		{route: "POST /api/v1/admin/os-images", path: "/api/v1/admin/os-images", body: testImage("walk-img"), status: 201, action: "os_image.create", target: jsonID},
+		{route: "PATCH /api/v1/admin/os-images/{id}", path: "/api/v1/admin/os-images/walk-img", body: apiv1.OSImagePatch{DisplayName: refTo("walk")}, status: 200, action: "os_image.patch", target: jsonID},
+		{route: "DELETE /api/v1/admin/os-images/{id}", path: "/api/v1/admin/os-images/walk-img", status: 200, action: "os_image.retire", target: jsonID},
+		{route: "POST /api/v1/admin/nodes/{id}/slice-topology/discovery", path: "/api/v1/admin/nodes/" + w.nodeX.ID + "/slice-topology/discovery", status: 202, action: "node.topology_discover", target: fixedID(w.nodeX.ID)},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/approve", path: "/api/v1/admin/nodes/" + w.nodeX.ID + "/slots/approve", body: "{discovered}", status: 200, action: "node.slots.approve", target: fixedID(w.nodeX.ID)},
 		{route: "POST /api/v1/admin/nodes/{id}/storage-transition", path: "/api/v1/admin/nodes/" + z + "/storage-transition", body: apiv1.StorageTransitionRequest{Devices: []string{"/dev/disk/by-id/nvme-x"}},
-			status: 202, action: "node.storage_transition", target: fixed(z)},
+			status: 202, action: "node.storage_transition", target: fixedID(z)},
 		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/wipe", path: fmt.Sprintf("/api/v1/admin/nodes/%s/slots/%d/wipe", z, blocked.SlotIndex), body: map[string]bool{"apply": false},
-			status: 202, action: "slot.wipe_requested", target: fixed(blocked.ID)},
-		{route: "POST /api/v1/admin/nodes/{id}/reconcile", path: "/api/v1/admin/nodes/" + z + "/reconcile", status: 202, action: "node.reconcile", target: fixed(z)},
+			status: 202, action: "slot.wipe_requested", target: fixedID(blocked.ID)},
+		{route: "POST /api/v1/admin/nodes/{id}/reconcile", path: "/api/v1/admin/nodes/" + z + "/reconcile", status: 202, action: "node.reconcile", target: fixedID(z)},
 		{route: "POST /api/v1/allocations", path: "/api/v1/allocations", body: apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, bearer: w.tenA, actor: "a-ci",
-			status: 201, action: "allocation.create", target: func(b []byte) string { createdAlloc = idOf(b); return createdAlloc }},
+			status: 201, action: "allocation.create", target: func(b []byte) string { createdAlloc = jsonID(b); return createdAlloc }},
 		{route: "POST /api/v1/allocations/{id}/release", path: "/api/v1/allocations/{createdAlloc}/release", bearer: w.tenA, actor: "a-ci",
 			status: 200, action: "allocation.release", target: func([]byte) string { return createdAlloc }},
 		{route: "POST /api/v1/allocations/{id}/terminal", path: "/api/v1/allocations/" + active + "/terminal", body: apiv1.TerminalRequest{Mode: "terminal"}, bearer: w.tenA, actor: "a-ci",
-			status: 201, action: "terminal.open", target: fixed(active)},
+			status: 201, action: "terminal.open", target: fixedID(active)},
 	}
 
 	// Coverage: every mutation route of the table is walked or excused.
@@ -195,7 +195,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		}
 		before := w.lastAuditID()
 		reqID := fmt.Sprintf("walk-%02d", i)
-		req, err := http.NewRequest(strings.SplitN(s.route, " ", 2)[0], w.srv.URL+path, jsonBody(reqBody))
+		req, err := http.NewRequest(strings.SplitN(s.route, " ", 2)[0], w.srv.URL+path, bodyOf(reqBody))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		if bearer != "" {
 			req.Header.Set("Authorization", "Bearer "+bearer)
 		}
-		code, out := send(t, client, req)
+		code, out := sendReq(t, client, req)
 		if code != s.status {
 			t.Fatalf("%s (%s): %d, want %d: %s", s.route, path, code, s.status, out)
 		}

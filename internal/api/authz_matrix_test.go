@@ -15,19 +15,19 @@ import (
 
 // Who may call an endpoint. The matrix states it per endpoint; it is not read from the
 // route table (that would test the table against itself).
-type access int
+type matrixAccess int
 
 const (
-	pub       access = iota // everyone, anonymous included
-	user                    // any API token (tenant or admin)
-	ownA                    // tenant A (the owner) and admins; tenant B is told 404
-	adminOnly               // admin tokens; tenants get 403
-	node                    // any enrolled host's certificate
-	ownX                    // node X (the task's host); node Y is refused with hidden
+	accPublic matrixAccess = iota // everyone, anonymous included
+	accUser                       // any API token (tenant or admin)
+	accOwnA                       // tenant A (the owner) and admins; tenant B is told 404
+	accAdmin                      // admin tokens; tenants get 403
+	accNode                       // any enrolled host's certificate
+	accOwnX                       // node X (the task's host); node Y is refused with hidden
 )
 
-// caller is one column of the matrix.
-type caller struct {
+// matrixCaller is one column of the matrix.
+type matrixCaller struct {
 	name   string
 	bearer string
 	client *http.Client
@@ -37,13 +37,13 @@ type caller struct {
 type matrixCase struct {
 	path string // concrete path (ids filled in)
 	body any
-	who  access
+	who  matrixAccess
 	// ok is the status every allowed caller gets; 0 means "the handler ran": any status
 	// except 401, 403, 404, 429 and 5xx (a 400 or 409 from the handler still proves the
 	// caller got past authorization). okMsg, when set, must be in the answer.
 	ok    int
 	okMsg string
-	// hidden is what the other tenant / other node gets (ownA: 404 by default, so existence
+	// hidden is what the other tenant / other node gets (accOwnA: 404 by default, so existence
 	// does not leak); hiddenMsg must be in that answer.
 	hidden    int
 	hiddenMsg string
@@ -73,75 +73,75 @@ func TestAuthorizationMatrix(t *testing.T) {
 	z := w.nodeZ.ID
 
 	cases := map[string]matrixCase{
-		"GET /healthz":              {path: "/healthz", who: pub, ok: 200},
-		"GET /metrics":              {path: "/metrics", who: pub, ok: 200},
-		"GET /readyz":               {path: "/readyz", who: pub, ok: 200},
-		"GET /api/v1/openapi.json":  {path: "/api/v1/openapi.json", who: pub, ok: 200},
-		"POST /api/v1/agent/enroll": {path: "/api/v1/agent/enroll", who: pub, body: apiv1.EnrollRequest{BootstrapToken: "gpb_not_issued", PublicKeyPEM: renewPub}, ok: 401, okMsg: "unknown bootstrap token"},
+		"GET /healthz":              {path: "/healthz", who: accPublic, ok: 200},
+		"GET /metrics":              {path: "/metrics", who: accPublic, ok: 200},
+		"GET /readyz":               {path: "/readyz", who: accPublic, ok: 200},
+		"GET /api/v1/openapi.json":  {path: "/api/v1/openapi.json", who: accPublic, ok: 200},
+		"POST /api/v1/agent/enroll": {path: "/api/v1/agent/enroll", who: accPublic, body: apiv1.EnrollRequest{BootstrapToken: "gpb_not_issued", PublicKeyPEM: renewPub}, ok: 401, okMsg: "unknown bootstrap token"},
 
-		"GET /api/v1/whoami":                    {path: "/api/v1/whoami", who: user, ok: 200},
-		"GET /api/v1/skus":                      {path: "/api/v1/skus", who: user, ok: 200},
-		"GET /api/v1/capacity":                  {path: "/api/v1/capacity", who: user, ok: 200},
-		"POST /api/v1/placement/explain":        {path: "/api/v1/placement/explain", who: user, body: apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1}, ok: 200},
-		"POST /api/v1/allocations":              {path: "/api/v1/allocations", who: user, body: apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}},
-		"GET /api/v1/allocations":               {path: "/api/v1/allocations", who: user, ok: 200},
-		"GET /api/v1/allocations/{id}":          {path: "/api/v1/allocations/" + released.ID, who: ownA, ok: 200},
-		"POST /api/v1/allocations/{id}/release": {path: "/api/v1/allocations/" + released.ID + "/release", who: ownA},
-		"POST /api/v1/allocations/{id}/terminal": {path: "/api/v1/allocations/" + active + "/terminal", who: ownA,
+		"GET /api/v1/whoami":                    {path: "/api/v1/whoami", who: accUser, ok: 200},
+		"GET /api/v1/skus":                      {path: "/api/v1/skus", who: accUser, ok: 200},
+		"GET /api/v1/capacity":                  {path: "/api/v1/capacity", who: accUser, ok: 200},
+		"POST /api/v1/placement/explain":        {path: "/api/v1/placement/explain", who: accUser, body: apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1}, ok: 200},
+		"POST /api/v1/allocations":              {path: "/api/v1/allocations", who: accUser, body: apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}},
+		"GET /api/v1/allocations":               {path: "/api/v1/allocations", who: accUser, ok: 200},
+		"GET /api/v1/allocations/{id}":          {path: "/api/v1/allocations/" + released.ID, who: accOwnA, ok: 200},
+		"POST /api/v1/allocations/{id}/release": {path: "/api/v1/allocations/" + released.ID + "/release", who: accOwnA},
+		"POST /api/v1/allocations/{id}/terminal": {path: "/api/v1/allocations/" + active + "/terminal", who: accOwnA,
 			body: apiv1.TerminalRequest{Mode: "terminal"}, ok: 201},
 		// Attaching needs the session's single-use token as well; a wrong one is refused by the
 		// handler for everyone who got past authentication, the owner included.
-		"GET /api/v1/terminal/{session}/attach": {path: "/api/v1/terminal/" + ticket.SessionID + "/attach", who: user, ok: 401, okMsg: "session token is invalid"},
-		"GET /api/v1/sessions":                  {path: "/api/v1/sessions", who: user, ok: 200},
-		"GET /api/v1/sessions/{session}":        {path: "/api/v1/sessions/" + ticket.SessionID, who: ownA, ok: 200},
-		"GET /api/v1/sessions/{session}/recording": {path: "/api/v1/sessions/" + ticket.SessionID + "/recording", who: ownA,
+		"GET /api/v1/terminal/{session}/attach": {path: "/api/v1/terminal/" + ticket.SessionID + "/attach", who: accUser, ok: 401, okMsg: "session token is invalid"},
+		"GET /api/v1/sessions":                  {path: "/api/v1/sessions", who: accUser, ok: 200},
+		"GET /api/v1/sessions/{session}":        {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
+		"GET /api/v1/sessions/{session}/recording": {path: "/api/v1/sessions/" + ticket.SessionID + "/recording", who: accOwnA,
 			ok: 404, okMsg: "was not recorded", hiddenMsg: "not found"},
 
-		"POST /api/v1/admin/nodes":                            {path: "/api/v1/admin/nodes", who: adminOnly, body: apiv1.NodeCreate{Name: "node-new", Region: "lab"}, ok: 201},
-		"GET /api/v1/admin/nodes":                             {path: "/api/v1/admin/nodes", who: adminOnly, ok: 200},
-		"GET /api/v1/admin/nodes/{id}":                        {path: "/api/v1/admin/nodes/" + z, who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/drain":                 {path: "/api/v1/admin/nodes/" + z + "/drain", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/undrain":               {path: "/api/v1/admin/nodes/" + z + "/undrain", who: adminOnly, ok: 200},
-		"GET /api/v1/admin/nodes/{id}/slots":                  {path: "/api/v1/admin/nodes/" + z + "/slots", who: adminOnly, ok: 200},
-		"PUT /api/v1/admin/nodes/{id}/slots":                  {path: "/api/v1/admin/nodes/" + z + "/slots", who: adminOnly, body: map[string]any{"slots": []any{}, "dry_run": true}},
-		"POST /api/v1/admin/nodes/{id}/slots/{index}/disable": {path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/slots/{index}/enable":  {path: "/api/v1/admin/nodes/" + z + "/slots/7/enable", who: adminOnly, ok: 200},
-		"GET /api/v1/admin/skus":                              {path: "/api/v1/admin/skus", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/skus": {path: "/api/v1/admin/skus", who: adminOnly, ok: 201, body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA",
+		"POST /api/v1/admin/nodes":                            {path: "/api/v1/admin/nodes", who: accAdmin, body: apiv1.NodeCreate{Name: "node-new", Region: "lab"}, ok: 201},
+		"GET /api/v1/admin/nodes":                             {path: "/api/v1/admin/nodes", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/nodes/{id}":                        {path: "/api/v1/admin/nodes/" + z, who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/drain":                 {path: "/api/v1/admin/nodes/" + z + "/drain", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/undrain":               {path: "/api/v1/admin/nodes/" + z + "/undrain", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/nodes/{id}/slots":                  {path: "/api/v1/admin/nodes/" + z + "/slots", who: accAdmin, ok: 200},
+		"PUT /api/v1/admin/nodes/{id}/slots":                  {path: "/api/v1/admin/nodes/" + z + "/slots", who: accAdmin, body: map[string]any{"slots": []any{}, "dry_run": true}},
+		"POST /api/v1/admin/nodes/{id}/slots/{index}/disable": {path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/slots/{index}/enable":  {path: "/api/v1/admin/nodes/" + z + "/slots/7/enable", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/skus":                              {path: "/api/v1/admin/skus", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/skus": {path: "/api/v1/admin/skus", who: accAdmin, ok: 201, body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA",
 			DisplayName: "B200 node", CapacityShape: "baremetal", GPUsTotal: 8, AllowedGPUCounts: []int{8}}},
-		"PATCH /api/v1/admin/skus/{sku}":                         {path: "/api/v1/admin/skus/h200-sxm-slice", who: adminOnly, body: apiv1.SKUPatch{DisplayName: ptr("H200 slice")}, ok: 200},
-		"GET /api/v1/admin/os-images":                            {path: "/api/v1/admin/os-images", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/os-images":                           {path: "/api/v1/admin/os-images", who: adminOnly, body: testImage("img-new"), ok: 201},
-		"GET /api/v1/admin/os-images/{id}":                       {path: "/api/v1/admin/os-images/" + w.imageID, who: adminOnly, ok: 200},
-		"PATCH /api/v1/admin/os-images/{id}":                     {path: "/api/v1/admin/os-images/img-new", who: adminOnly, body: apiv1.OSImagePatch{DisplayName: ptr("renamed")}, ok: 200},
-		"DELETE /api/v1/admin/os-images/{id}":                    {path: "/api/v1/admin/os-images/img-new", who: adminOnly, ok: 200},
-		"GET /api/v1/admin/audit":                                {path: "/api/v1/admin/audit", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/tenants":                             {path: "/api/v1/admin/tenants", who: adminOnly, body: map[string]string{"name": "tenant-new"}, ok: 201},
-		"GET /api/v1/admin/tenants":                              {path: "/api/v1/admin/tenants", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/tokens":                              {path: "/api/v1/admin/tokens", who: adminOnly, body: apiv1.TokenCreate{Name: "new", Role: "admin"}, ok: 201},
-		"GET /api/v1/admin/tokens":                               {path: "/api/v1/admin/tokens", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/tokens/{id}/revoke":                  {path: "/api/v1/admin/tokens/" + spare.ID + "/revoke", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/revoke":                   {path: "/api/v1/admin/nodes/" + z + "/revoke", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/slice-topology/discovery": {path: "/api/v1/admin/nodes/" + z + "/slice-topology/discovery", who: adminOnly, ok: 202},
-		"GET /api/v1/admin/nodes/{id}/slice-topology/discovery":  {path: "/api/v1/admin/nodes/" + z + "/slice-topology/discovery", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/storage-transition":       {path: "/api/v1/admin/nodes/" + z + "/storage-transition", who: adminOnly, body: map[string]any{}},
-		"POST /api/v1/admin/nodes/{id}/slots/{index}/wipe":       {path: "/api/v1/admin/nodes/" + z + "/slots/0/wipe", who: adminOnly, body: map[string]any{"apply": false}},
-		"POST /api/v1/admin/nodes/{id}/reconcile":                {path: "/api/v1/admin/nodes/" + z + "/reconcile", who: adminOnly, ok: 202},
-		"GET /api/v1/admin/nodes/{id}/reconcile":                 {path: "/api/v1/admin/nodes/" + z + "/reconcile", who: adminOnly, ok: 200},
-		"POST /api/v1/admin/nodes/{id}/slots/approve":            {path: "/api/v1/admin/nodes/" + z + "/slots/approve", who: adminOnly, body: map[string]any{}},
-		"POST /api/v1/admin/nodes/{id}/bootstrap-token":          {path: "/api/v1/admin/nodes/" + z + "/bootstrap-token", who: adminOnly, ok: 201},
-		"GET /api/v1/tasks":                                      {path: "/api/v1/tasks", who: adminOnly, ok: 200},
-		"GET /api/v1/tasks/{id}":                                 {path: "/api/v1/tasks/" + tasks[0], who: adminOnly, ok: 200},
+		"PATCH /api/v1/admin/skus/{sku}":                         {path: "/api/v1/admin/skus/h200-sxm-slice", who: accAdmin, body: apiv1.SKUPatch{DisplayName: refTo("H200 slice")}, ok: 200},
+		"GET /api/v1/admin/os-images":                            {path: "/api/v1/admin/os-images", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/os-images":                           {path: "/api/v1/admin/os-images", who: accAdmin, body: testImage("img-new"), ok: 201},
+		"GET /api/v1/admin/os-images/{id}":                       {path: "/api/v1/admin/os-images/" + w.imageID, who: accAdmin, ok: 200},
+		"PATCH /api/v1/admin/os-images/{id}":                     {path: "/api/v1/admin/os-images/img-new", who: accAdmin, body: apiv1.OSImagePatch{DisplayName: refTo("renamed")}, ok: 200},
+		"DELETE /api/v1/admin/os-images/{id}":                    {path: "/api/v1/admin/os-images/img-new", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/audit":                                {path: "/api/v1/admin/audit", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/tenants":                             {path: "/api/v1/admin/tenants", who: accAdmin, body: map[string]string{"name": "tenant-new"}, ok: 201},
+		"GET /api/v1/admin/tenants":                              {path: "/api/v1/admin/tenants", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/tokens":                              {path: "/api/v1/admin/tokens", who: accAdmin, body: apiv1.TokenCreate{Name: "new", Role: "admin"}, ok: 201},
+		"GET /api/v1/admin/tokens":                               {path: "/api/v1/admin/tokens", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/tokens/{id}/revoke":                  {path: "/api/v1/admin/tokens/" + spare.ID + "/revoke", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/revoke":                   {path: "/api/v1/admin/nodes/" + z + "/revoke", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/slice-topology/discovery": {path: "/api/v1/admin/nodes/" + z + "/slice-topology/discovery", who: accAdmin, ok: 202},
+		"GET /api/v1/admin/nodes/{id}/slice-topology/discovery":  {path: "/api/v1/admin/nodes/" + z + "/slice-topology/discovery", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/storage-transition":       {path: "/api/v1/admin/nodes/" + z + "/storage-transition", who: accAdmin, body: map[string]any{}},
+		"POST /api/v1/admin/nodes/{id}/slots/{index}/wipe":       {path: "/api/v1/admin/nodes/" + z + "/slots/0/wipe", who: accAdmin, body: map[string]any{"apply": false}},
+		"POST /api/v1/admin/nodes/{id}/reconcile":                {path: "/api/v1/admin/nodes/" + z + "/reconcile", who: accAdmin, ok: 202},
+		"GET /api/v1/admin/nodes/{id}/reconcile":                 {path: "/api/v1/admin/nodes/" + z + "/reconcile", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/slots/approve":            {path: "/api/v1/admin/nodes/" + z + "/slots/approve", who: accAdmin, body: map[string]any{}},
+		"POST /api/v1/admin/nodes/{id}/bootstrap-token":          {path: "/api/v1/admin/nodes/" + z + "/bootstrap-token", who: accAdmin, ok: 201},
+		"GET /api/v1/tasks":                                      {path: "/api/v1/tasks", who: accAdmin, ok: 200},
+		"GET /api/v1/tasks/{id}":                                 {path: "/api/v1/tasks/" + tasks[0], who: accAdmin, ok: 200},
 
-		"POST /api/v1/agent/renew":     {path: "/api/v1/agent/renew", who: node, body: apiv1.EnrollRequest{PublicKeyPEM: renewPub}, ok: 201},
-		"GET /api/v1/agent/tasks":      {path: "/api/v1/agent/tasks?wait=0s", who: node},
-		"POST /api/v1/agent/heartbeat": {path: "/api/v1/agent/heartbeat", who: node, body: apiv1.Heartbeat{AgentVersion: "t", Runtime: "sim"}, ok: 204},
-		"POST /api/v1/agent/tasks/{id}/result": {path: "/api/v1/agent/tasks/" + tasks[0] + "/result", who: ownX, ok: 200, hidden: 404,
+		"POST /api/v1/agent/renew":     {path: "/api/v1/agent/renew", who: accNode, body: apiv1.EnrollRequest{PublicKeyPEM: renewPub}, ok: 201},
+		"GET /api/v1/agent/tasks":      {path: "/api/v1/agent/tasks?wait=0s", who: accNode},
+		"POST /api/v1/agent/heartbeat": {path: "/api/v1/agent/heartbeat", who: accNode, body: apiv1.Heartbeat{AgentVersion: "t", Runtime: "sim"}, ok: 204},
+		"POST /api/v1/agent/tasks/{id}/result": {path: "/api/v1/agent/tasks/" + tasks[0] + "/result", who: accOwnX, ok: 200, hidden: 404,
 			body: task.Result{TaskID: tasks[0], Attempt: 1, Status: "failed", Error: "matrix", Phases: []task.Phase{}}},
-		"POST /api/v1/agent/tasks/{id}/progress": {path: "/api/v1/agent/tasks/" + tasks[1] + "/progress", who: ownX, ok: 204, hidden: 409,
+		"POST /api/v1/agent/tasks/{id}/progress": {path: "/api/v1/agent/tasks/" + tasks[1] + "/progress", who: accOwnX, ok: 204, hidden: 409,
 			body: task.Progress{Phases: []task.Phase{}}},
 		// Like the client's attach: the host token of the session is needed on top of the certificate.
-		"GET /api/v1/agent/terminal/{session}": {path: "/api/v1/agent/terminal/" + ticket.SessionID, who: node, ok: 401, okMsg: "host token is invalid"},
+		"GET /api/v1/agent/terminal/{session}": {path: "/api/v1/agent/terminal/" + ticket.SessionID, who: accNode, ok: 401, okMsg: "host token is invalid"},
 	}
 
 	// Every served endpoint has a row, and every row is a served endpoint.
@@ -189,7 +189,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	})
 
 	// Callers, refused ones first so an allowed call's effects cannot mask a refusal.
-	callers := []caller{
+	callers := []matrixCaller{
 		{"anonymous", "", w.plain},
 		{"expired token", w.expired, w.plain},
 		{"revoked token", w.revoked, w.plain},
@@ -204,8 +204,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		c := cases[ep]
 		method, _, _ := strings.Cut(ep, " ")
 		for _, who := range callers {
-			want, wantMsg, allowed := expect(c, who.name)
-			req, err := http.NewRequest(method, w.srv.URL+c.path, jsonBody(c.body))
+			want, wantMsg, allowed := matrixExpect(c, who.name)
+			req, err := http.NewRequest(method, w.srv.URL+c.path, bodyOf(c.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +215,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if strings.Contains(c.path, "attach") || strings.HasPrefix(c.path, "/api/v1/agent/terminal/") {
 				req.Header.Set("X-Gpuaas-Session-Token", "gts_wrong")
 			}
-			got, out := send(t, who.client, req)
+			got, out := sendReq(t, who.client, req)
 			cells++
 			cell := ep + " as " + who.name
 			switch {
@@ -249,9 +249,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 }
 
-// expect returns the status (and a substring of the answer) a caller must get, and whether
+// matrixExpect returns the status (and a substring of the answer) a matrixCaller must get, and whether
 // the cell is an allowed one.
-func expect(c matrixCase, who string) (int, string, bool) {
+func matrixExpect(c matrixCase, who string) (int, string, bool) {
 	bearerless := who == "anonymous" || who == "node X" || who == "node Y"
 	badToken := who == "expired token" || who == "revoked token"
 	isNode := who == "node X" || who == "node Y"
@@ -260,17 +260,17 @@ func expect(c matrixCase, who string) (int, string, bool) {
 		hidden = 404
 	}
 	switch c.who {
-	case pub:
+	case accPublic:
 		return c.ok, c.okMsg, true
-	case user, ownA:
+	case accUser, accOwnA:
 		if bearerless || badToken {
 			return 401, "", false
 		}
-		if c.who == ownA && who == "tenant B" {
+		if c.who == accOwnA && who == "tenant B" {
 			return hidden, hiddenMsg, false
 		}
 		return c.ok, c.okMsg, true
-	case adminOnly:
+	case accAdmin:
 		if bearerless || badToken {
 			return 401, "", false
 		}
@@ -278,11 +278,11 @@ func expect(c matrixCase, who string) (int, string, bool) {
 			return c.ok, c.okMsg, true
 		}
 		return 403, "", false
-	case node, ownX:
+	case accNode, accOwnX:
 		if !isNode {
 			return 401, "", false
 		}
-		if c.who == ownX && who == "node Y" {
+		if c.who == accOwnX && who == "node Y" {
 			return hidden, hiddenMsg, false
 		}
 		return c.ok, c.okMsg, true
@@ -290,9 +290,9 @@ func expect(c matrixCase, who string) (int, string, bool) {
 	panic("unknown access")
 }
 
-func ptr[T any](v T) *T { return &v }
+func refTo[T any](v T) *T { return &v }
 
-func jsonBody(v any) *strings.Reader {
+func bodyOf(v any) *strings.Reader {
 	if v == nil {
 		return strings.NewReader("")
 	}
@@ -300,7 +300,7 @@ func jsonBody(v any) *strings.Reader {
 	return strings.NewReader(string(b))
 }
 
-func send(t *testing.T, c *http.Client, req *http.Request) (int, []byte) {
+func sendReq(t *testing.T, c *http.Client, req *http.Request) (int, []byte) {
 	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-func fileMode(t *testing.T, p string) os.FileMode {
+func permOf(t *testing.T, p string) os.FileMode {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -31,7 +31,7 @@ func fileMode(t *testing.T, p string) os.FileMode {
 	return fi.Mode().Perm()
 }
 
-func certSerial(t *testing.T, path string) (string, *x509.Certificate) {
+func certFileSerial(t *testing.T, path string) (string, *x509.Certificate) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -66,11 +66,11 @@ func TestHostdEnrollsPrivatelyAndRenewsBeforeExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{cfgPath, cfg.KeyFile, cfg.CertFile, cfg.CAFile, cfg.SigningPubFile} {
-		if m := fileMode(t, f); m != 0o600 {
+		if m := permOf(t, f); m != 0o600 {
 			t.Errorf("%s mode %04o, want 0600", f, m)
 		}
 	}
-	if m := fileMode(t, filepath.Dir(cfgPath)); m != 0o700 {
+	if m := permOf(t, filepath.Dir(cfgPath)); m != 0o700 {
 		t.Errorf("%s mode %04o, want 0700", filepath.Dir(cfgPath), m)
 	}
 
@@ -95,7 +95,7 @@ func TestHostdEnrollsPrivatelyAndRenewsBeforeExpiry(t *testing.T) {
 	if err := pki.WriteFileAtomic(cfg.CertFile, oldPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	oldSerial, oldCert := certSerial(t, cfg.CertFile)
+	oldSerial, oldCert := certFileSerial(t, cfg.CertFile)
 	if err := w.st.InTx(ctx, func(tx *store.Tx) error { return tx.RecordCredential(ctx, oldSerial, n.ID, oldCert.NotAfter) }); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestHostdEnrollsPrivatelyAndRenewsBeforeExpiry(t *testing.T) {
 	var newSerial string
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if s, _ := certSerial(t, cfg.CertFile); s != oldSerial {
+		if s, _ := certFileSerial(t, cfg.CertFile); s != oldSerial {
 			newSerial = s
 			break
 		}
@@ -131,12 +131,12 @@ func TestHostdEnrollsPrivatelyAndRenewsBeforeExpiry(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval, bounded by the deadline
 	}
-	_, newCert := certSerial(t, cfg.CertFile)
+	_, newCert := certFileSerial(t, cfg.CertFile)
 	if time.Until(newCert.NotAfter) < 29*24*time.Hour {
 		t.Fatalf("renewed certificate ends %v", newCert.NotAfter)
 	}
 	for _, f := range []string{cfg.CertFile, cfg.KeyFile} {
-		if m := fileMode(t, f); m != 0o600 {
+		if m := permOf(t, f); m != 0o600 {
 			t.Errorf("renewed %s mode %04o", f, m)
 		}
 	}

@@ -29,7 +29,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // doHeader is w.do with the answer's headers.
 func (w *secWorld) doHeader(method, path, bearer string, body any) (int, http.Header, []byte) {
 	w.t.Helper()
-	req, err := http.NewRequest(method, w.srv.URL+path, jsonBody(body))
+	req, err := http.NewRequest(method, w.srv.URL+path, bodyOf(body))
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// secWorld is the real API over real mTLS on a private database, with every kind of caller
+// secWorld is the real API over real mTLS on a private database, with every kind of matrixCaller
 // the authorization matrix distinguishes: two tenants, an admin, two enrolled hosts, and
 // tokens that are expired or revoked.
 type secWorld struct {
@@ -269,7 +269,7 @@ func (w *secWorld) leasedTasks(n enrolledNode, count int) []string {
 	return ids
 }
 
-// auditCount counts audit rows of an action on a target.
+// audits lists the audit rows of an action on a target.
 func (w *secWorld) audits(action, target string) []apiv1.AuditEntry {
 	w.t.Helper()
 	var l apiv1.List[apiv1.AuditEntry]
