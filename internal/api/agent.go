@@ -317,7 +317,8 @@ func (s *Server) FlushHeartbeats(ctx context.Context) error {
 	return s.store.RecordHeartbeats(ctx, batch)
 }
 
-// RunBackground runs the API's background work (the heartbeat flusher) until ctx ends.
+// RunBackground runs the API's background work until ctx ends: the heartbeat flusher, the
+// terminal-ticket sweep, and the listener that applies other replicas' revocations.
 func (s *Server) RunBackground(ctx context.Context) {
 	go s.listenRevocations(ctx)
 	t := time.NewTicker(heartbeatCoalesce)
