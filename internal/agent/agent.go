@@ -40,7 +40,7 @@ type Agent struct {
 	log      *slog.Logger
 	version  string
 	base     string
-	hc       *http.Client
+	hc       atomic.Pointer[http.Client] // replaced when the certificate is renewed
 	cert     atomic.Pointer[tls.Certificate]
 	verifier *task.Verifier
 	replay   *task.DiskReplayStore
@@ -75,7 +75,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 		return nil, err
 	}
 	tlsCfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return a.cert.Load(), nil }
-	a.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 4}}
+	a.hc.Store(&http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 4}})
 	pub, err := pki.LoadSigningPub(cfg.SigningPubFile)
 	if err != nil {
 		return nil, fmt.Errorf("pinned task-signing key: %w", err)
@@ -238,7 +238,7 @@ func (a *Agent) do(ctx context.Context, method, path string, body any) (*http.Re
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", "gpuaas-hostd/"+a.version)
-	resp, err := a.hc.Do(req)
+	resp, err := a.hc.Load().Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -623,7 +623,21 @@ func (a *Agent) maybeRenew(ctx context.Context) {
 		a.log.Error("loading renewed certificate", "err", err)
 		return
 	}
+	a.freshConnections()
 	a.log.Info("node certificate renewed", "not_after", en.NotAfter)
+}
+
+// freshConnections makes later requests dial new TLS connections, which present the current
+// certificate: kept-alive ones (a busy long poll's never idles) still carry the superseded
+// one, which the controller stops accepting after a short grace.
+func (a *Agent) freshConnections() {
+	old := a.hc.Load()
+	tr, ok := old.Transport.(*http.Transport)
+	if !ok {
+		return
+	}
+	a.hc.Store(&http.Client{Transport: tr.Clone()})
+	tr.CloseIdleConnections() // in-flight requests finish on the old transport
 }
 
 func (a *Agent) watchdog(ctx context.Context) {

@@ -19,7 +19,7 @@ func (a *Agent) dialRelay(ctx context.Context, p *task.TerminalOpen) (net.Conn, 
 	if !strings.HasPrefix(p.AttachPath, "/api/v1/agent/terminal/") || strings.ContainsAny(p.AttachPath, "?#\r\n ") {
 		return nil, fmt.Errorf("terminal: bad attach path %q", p.AttachPath)
 	}
-	tr, ok := a.hc.Transport.(*http.Transport)
+	tr, ok := a.hc.Load().Transport.(*http.Transport)
 	if !ok {
 		return nil, fmt.Errorf("terminal: unexpected transport")
 	}

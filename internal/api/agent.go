@@ -27,6 +27,7 @@ const (
 	maxPollWait       = 60 * time.Second
 	maxPollTasks      = 64 // tasks one poll may lease
 	heartbeatCoalesce = 5 * time.Second
+	enrollPath        = "/api/v1/agent/enroll"
 )
 
 // authenticateNode accepts only a verified client certificate issued by our CA to a node
@@ -41,7 +42,7 @@ func (s *Server) authenticateNode(r *http.Request) (Principal, error) {
 		return Principal{}, errForbidden("client certificate is not a node identity")
 	}
 	serial := hex.EncodeToString(cert.SerialNumber.Bytes())
-	nodeID, cached := s.nodeCerts.get(serial)
+	nodeID, cached, gen := s.nodeCerts.get(serial)
 	if !cached {
 		var err error
 		nodeID, err = s.store.CredentialNode(r.Context(), serial)
@@ -51,7 +52,7 @@ func (s *Server) authenticateNode(r *http.Request) (Principal, error) {
 		if err != nil {
 			return Principal{}, err
 		}
-		s.nodeCerts.put(serial, nodeID)
+		s.nodeCerts.put(serial, nodeID, gen)
 	}
 	if nodeID != id {
 		return Principal{}, errForbidden("certificate does not match its node")
@@ -168,17 +169,26 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) erro
 	if err != nil {
 		return err
 	}
+	oldSerial, _ := strings.CutPrefix(p.TokenID, "cert:")
+	supersededAt := s.secCfg.Now().Add(s.secCfg.RenewGrace).UTC()
 	var out apiv1.Enrollment
 	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
 		var err error
 		if out, err = s.issueNodeCert(r, tx, p.NodeID, pub); err != nil {
 			return err
 		}
-		return tx.Audit(r.Context(), audit(r, p, "node.renew", "node", p.NodeID, map[string]any{"cert_not_after": out.NotAfter}))
+		// The presenting certificate is superseded: it ends after a short grace, not at its
+		// own expiry (a renewed host holds one live identity, not two).
+		if err := tx.SupersedeCredential(r.Context(), oldSerial, p.NodeID, supersededAt); err != nil {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.renew", "node", p.NodeID, map[string]any{"cert_not_after": out.NotAfter,
+			"superseded_serial": oldSerial, "superseded_at": supersededAt}))
 	})
 	if err != nil {
 		return err
 	}
+	s.nodeCerts.drop(oldSerial) // re-checked against the database from now on
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
@@ -307,8 +317,10 @@ func (s *Server) FlushHeartbeats(ctx context.Context) error {
 	return s.store.RecordHeartbeats(ctx, batch)
 }
 
-// RunBackground runs the API's background work (the heartbeat flusher) until ctx ends.
+// RunBackground runs the API's background work until ctx ends: the heartbeat flusher, the
+// terminal-ticket sweep, and the listener that applies other replicas' revocations.
 func (s *Server) RunBackground(ctx context.Context) {
+	go s.listenRevocations(ctx)
 	t := time.NewTicker(heartbeatCoalesce)
 	defer t.Stop()
 	sweep := time.NewTicker(30 * time.Second)

@@ -32,7 +32,7 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 		return Principal{}, errUnauthorized("missing bearer token")
 	}
 	hash := pki.HashToken(strings.TrimSpace(tok))
-	rec, cached := s.tokens.get(hash)
+	rec, cached, gen := s.tokens.get(hash)
 	if !cached {
 		var err error
 		rec, err = s.store.LookupToken(r.Context(), hash)
@@ -43,7 +43,7 @@ func (s *Server) authenticate(r *http.Request) (Principal, error) {
 			return Principal{}, err
 		}
 		if rec.RevokedAt == nil {
-			s.tokens.put(hash, rec)
+			s.tokens.put(hash, rec, gen)
 		}
 	}
 	if rec.RevokedAt != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -40,6 +41,8 @@ func statusFor(code string) int {
 		return http.StatusConflict
 	case apiv1.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case apiv1.CodeRateLimited:
+		return http.StatusTooManyRequests
 	case apiv1.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	default:
@@ -76,8 +79,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.Code == apiv1.CodeInternal {
 		s.log.Error("internal error", "path", r.URL.Path, "request_id", requestID(r.Context()), "err", err)
 	}
-	if ae.Code == apiv1.CodeUnauthorized {
+	switch ae.Code {
+	case apiv1.CodeUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
+	case apiv1.CodeRateLimited:
+		if v, ok := ae.Details["retry_after_seconds"].(int); ok {
+			w.Header().Set("Retry-After", strconv.Itoa(v))
+		}
 	}
 	writeJSON(w, statusFor(ae.Code), ae)
 }

@@ -41,6 +41,8 @@ type Options struct {
 	SigningPub []byte
 	// Terminal tunes the SSH relay (gpuaasctl ssh).
 	Terminal TerminalConfig
+	// Security tunes authentication rate limits and certificate renewal.
+	Security SecurityConfig
 }
 
 // Server serves the API.
@@ -63,6 +65,9 @@ type Server struct {
 	latency    *prometheus.HistogramVec
 	tokens     *authCache[store.TokenRecord] // by token hash
 	nodeCerts  *authCache[string]            // node id by certificate serial
+	secCfg     SecurityConfig
+	authFails  *ipLimiter // authentication failures per client IP
+	enrolls    *ipLimiter // failed enrollments per client IP
 }
 
 // New builds the API handler tree.
@@ -75,6 +80,10 @@ func New(opts Options) *Server {
 	}
 	s.termCfg = opts.Terminal
 	s.termCfg.defaults()
+	s.secCfg = opts.Security
+	s.secCfg.defaults()
+	s.authFails = newIPLimiter(s.secCfg.AuthFailures, s.secCfg.Now)
+	s.enrolls = newIPLimiter(s.secCfg.Enroll, s.secCfg.Now)
 	s.term = &terminal.Hub{Idle: s.termCfg.Idle, RecordDir: s.termCfg.RecordDir, OnEnd: s.sessionEnded}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -149,6 +158,7 @@ func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
 			err = h(rec, r, p)
 		}
 		if err != nil {
+			err = s.throttleFailure(r, err)
 			s.writeError(rec, r, err)
 		}
 		s.requests.WithLabelValues(route, strconv.Itoa(rec.code)).Inc()
@@ -221,6 +231,9 @@ func (s *Server) table() []route {
 		}{}, apiv1.Tenant{}, 201},
 		{"GET", "/api/v1/admin/tenants", adminOnly, s.listTenants, "List tenants", nil, apiv1.List[apiv1.Tenant]{}, 200},
 		{"POST", "/api/v1/admin/tokens", adminOnly, s.createToken, "Create an API token (shown once)", apiv1.TokenCreate{}, apiv1.Token{}, 201},
+		{"GET", "/api/v1/admin/tokens", adminOnly, s.listTokens, "List API tokens (never their secrets)", nil, apiv1.List[apiv1.Token]{}, 200},
+		{"POST", "/api/v1/admin/tokens/{id}/revoke", adminOnly, s.revokeToken, "Revoke an API token (immediate on this replica)", nil, apiv1.Token{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/revoke", adminOnly, s.revokeNode, "Revoke a node's certificates and unused bootstrap tokens; it must enroll again", nil, apiv1.NodeRevocation{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slice-topology/discovery", adminOnly, s.queueDiscovery, "Queue a signed slice.topology_discover task", nil, apiv1.Discovery{}, 202},
 		{"GET", "/api/v1/admin/nodes/{id}/slice-topology/discovery", adminOnly, s.getDiscovery, "Latest discovery task and its advisory report", nil, apiv1.Discovery{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/storage-transition", adminOnly, s.storageTransition, "Queue a storage transition to slice ownership (dry run unless apply + confirm)", apiv1.StorageTransitionRequest{}, map[string]string{}, 202},
@@ -234,7 +247,7 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/tasks", adminOnly, s.listTasks, "List node tasks (query: node, allocation)", nil, apiv1.List[store.TaskRecord]{}, 200},
 		{"GET", "/api/v1/tasks/{id}", adminOnly, s.getTask, "Show a node task with its phases", nil, store.TaskRecord{}, 200},
 
-		{"POST", "/api/v1/agent/enroll", public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
+		{"POST", enrollPath, public, s.enroll, "Exchange a bootstrap token and public key for a node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
 		{"POST", "/api/v1/agent/renew", nodeOnly, s.renew, "Rotate the node certificate", apiv1.EnrollRequest{}, apiv1.Enrollment{}, 201},
 		{"POST", "/api/v1/allocations/{id}/terminal", anyUser, s.openTerminal, "Open a terminal/stdio/console session into an active allocation's VM; returns a single-use ticket", apiv1.TerminalRequest{}, apiv1.TerminalTicket{}, 201},
 		{"GET", "/api/v1/terminal/{session}/attach", anyUser, s.attachClient, "Attach to a session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token; HTTP/1.1)", nil, nil, 101},

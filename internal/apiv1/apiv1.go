@@ -20,6 +20,7 @@ const (
 	CodeUnavailable       = "unavailable" // retryable: database unreachable, shutting down
 	CodeInternal          = "internal"
 	CodeIdempotencyReused = "idempotency_key_reused"
+	CodeRateLimited       = "rate_limited" // 429; details.retry_after_seconds, header Retry-After
 )
 
 // Reasons carried in Error.Details["reason"] with CodeSKUUnavailable.
@@ -434,6 +435,17 @@ type Token struct {
 	TenantID  string     `json:"tenant_id,omitempty"`
 	Token     string     `json:"token,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Listings only (the secret is never listed).
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
+// NodeRevocation is what revoking a node's credentials did.
+type NodeRevocation struct {
+	NodeID                 string `json:"node_id"`
+	RevokedCertificates    int    `json:"revoked_certificates"`
+	RevokedBootstrapTokens int    `json:"revoked_bootstrap_tokens"`
 }
 
 // Whoami describes the caller.

@@ -149,6 +149,21 @@ func (c *Client) ListTenants(ctx context.Context) ([]apiv1.Tenant, error) {
 	return list[apiv1.Tenant](ctx, c, "/api/v1/admin/tenants", nil)
 }
 
+// ListTokens lists API tokens (never their secrets).
+func (c *Client) ListTokens(ctx context.Context) ([]apiv1.Token, error) {
+	return list[apiv1.Token](ctx, c, "/api/v1/admin/tokens", nil)
+}
+
+// RevokeToken revokes an API token by id.
+func (c *Client) RevokeToken(ctx context.Context, id string) (*apiv1.Token, error) {
+	return send[apiv1.Token](ctx, c, http.MethodPost, "/api/v1/admin/tokens/"+esc(id)+"/revoke", nil)
+}
+
+// RevokeNode revokes a node's certificates and unused bootstrap tokens.
+func (c *Client) RevokeNode(ctx context.Context, node string) (*apiv1.NodeRevocation, error) {
+	return send[apiv1.NodeRevocation](ctx, c, http.MethodPost, nodePath(node)+"/revoke", nil)
+}
+
 // CreateToken creates an API token. The token string is only in this answer.
 func (c *Client) CreateToken(ctx context.Context, req apiv1.TokenCreate) (*apiv1.Token, error) {
 	return send[apiv1.Token](ctx, c, http.MethodPost, "/api/v1/admin/tokens", req)

@@ -76,7 +76,7 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 		case "replica-wakeups":
 			fs.Bool(n, true, "wake long polls held by other controller replicas through PostgreSQL NOTIFY (false: single replica)")
 		case "pprof-listen":
-			fs.String(n, "", "serve Go pprof profiles on this loopback HOST:PORT (debugging; empty: off)")
+			fs.String(n, "", "serve Go pprof profiles over HTTPS (the API's certificate) on this loopback HOST:PORT (debugging; empty: off)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}

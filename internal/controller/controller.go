@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,16 +163,16 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		Terminal: api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir}})
 
 	go apiSrv.RunBackground(dctx)
+	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
 	if cfg.PprofListen != "" {
-		stopPprof, err := servePprof(cfg.PprofListen, log)
+		stopPprof, err := servePprof(cfg.PprofListen, tlsCfg, log)
 		if err != nil {
 			return err
 		}
 		defer stopPprof()
-	}
-	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
-	if err != nil {
-		return fmt.Errorf("tls: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -218,8 +219,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	return nil
 }
 
-// servePprof serves Go's runtime profiles on a loopback address (validated by config).
-func servePprof(addr string, log *slog.Logger) (func(), error) {
+// servePprof serves Go's runtime profiles on a loopback address (validated by config), over
+// TLS like every other listener of the controller: nothing it serves is plaintext.
+func servePprof(addr string, tlsCfg *tls.Config, log *slog.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -230,8 +232,8 @@ func servePprof(addr string, log *slog.Logger) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("--pprof-listen: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	log.Info("pprof serving", "addr", "http://"+ln.Addr().String()+"/debug/pprof/")
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg.Clone()}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	log.Info("pprof serving", "addr", "https://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { _ = srv.Close() }, nil
 }

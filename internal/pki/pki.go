@@ -122,7 +122,7 @@ func Init(opts InitOptions) (InitResult, error) {
 		if ca, err = newCA(key, now()); err != nil {
 			return res, err
 		}
-		if err := WriteFileAtomic(p.CACert(), ca.CertPEM, 0o644); err != nil {
+		if err := WriteFileAtomic(p.CACert(), ca.CertPEM, 0o600); err != nil {
 			return res, err
 		}
 		res.Created = append(res.Created, p.CACert())
@@ -141,7 +141,7 @@ func Init(opts InitOptions) (InitResult, error) {
 		if err := WriteFileAtomic(p.CAKey(), keyPEM, 0o600); err != nil {
 			return res, err
 		}
-		if err := WriteFileAtomic(p.CACert(), ca.CertPEM, 0o644); err != nil {
+		if err := WriteFileAtomic(p.CACert(), ca.CertPEM, 0o600); err != nil {
 			return res, err
 		}
 		res.Created = append(res.Created, p.CACert(), p.CAKey())
@@ -162,7 +162,7 @@ func Init(opts InitOptions) (InitResult, error) {
 		if err := WriteFileAtomic(p.ServerKey(), keyPEM, 0o600); err != nil {
 			return res, err
 		}
-		if err := WriteFileAtomic(p.ServerCert(), certPEM, 0o644); err != nil {
+		if err := WriteFileAtomic(p.ServerCert(), certPEM, 0o600); err != nil {
 			return res, err
 		}
 		res.Created = append(res.Created, p.ServerCert(), p.ServerKey())
@@ -230,7 +230,7 @@ func initSigningKey(p Paths) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := WriteFileAtomic(p.SigningPub(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+	if err := WriteFileAtomic(p.SigningPub(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
 		return nil, err
 	}
 	return append(created, p.SigningPub()), nil

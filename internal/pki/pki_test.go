@@ -91,8 +91,10 @@ func TestInitCreatesFilesWithModesAndIsIdempotent(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	res := mustInit(t, InitOptions{Dir: dir, Hostnames: []string{"ctl.example"}})
 	p := Paths{Dir: dir}
-	want := map[string]os.FileMode{p.CACert(): 0o644, p.CAKey(): 0o600, p.ServerCert(): 0o644, p.ServerKey(): 0o600,
-		p.SigningKey(): 0o600, p.SigningPub(): 0o644, p.AdminToken(): 0o600,
+	// Every file is 0600, the public halves too: nothing in the state directory is meant for
+	// other local users (hosts and gpuaasctl get the CA through enrollment or the operator).
+	want := map[string]os.FileMode{p.CACert(): 0o600, p.CAKey(): 0o600, p.ServerCert(): 0o600, p.ServerKey(): 0o600,
+		p.SigningKey(): 0o600, p.SigningPub(): 0o600, p.AdminToken(): 0o600,
 		dir: 0o700, filepath.Join(dir, "tls"): 0o700, filepath.Join(dir, "keys"): 0o700}
 	for f, m := range want {
 		if got := mode(t, f); got != m {

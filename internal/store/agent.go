@@ -48,10 +48,11 @@ func (t *Tx) RecordCredential(ctx context.Context, serial, nodeID string, notAft
 }
 
 // CredentialNode returns the node of a valid (known, unrevoked, unexpired) certificate serial.
+// A superseded certificate (renewed) carries its end in revoked_at and is valid until then.
 func (s *Store) CredentialNode(ctx context.Context, serial string) (string, error) {
 	var nodeID string
 	err := s.pool.QueryRow(ctx, `SELECT node_id::text FROM node_credentials
-		WHERE serial = $1 AND revoked_at IS NULL AND not_after > now()`, serial).Scan(&nodeID)
+		WHERE serial = $1 AND (revoked_at IS NULL OR revoked_at > now()) AND not_after > now()`, serial).Scan(&nodeID)
 	return nodeID, translate(err)
 }
 

@@ -181,11 +181,17 @@ func (e *Env) Pprof(ctx context.Context, path string) ([]byte, error) {
 	if e.PprofAddr == "" {
 		return nil, errors.New("the controller serves no profiles (benchenv.Options.Pprof)")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.PprofAddr+path, nil)
+	tlsCfg, err := pki.ClientTLSConfig(e.CAFile) // the profile listener is TLS, like the API
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+e.PprofAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

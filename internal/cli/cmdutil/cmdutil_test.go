@@ -41,6 +41,7 @@ func TestExitCode(t *testing.T) {
 		{api(apiv1.CodeIdempotencyReused), ExitConflict},
 		{api(apiv1.CodeSKUUnavailable), ExitSKUUnavailable},
 		{api(apiv1.CodeUnavailable), ExitUnavailable},
+		{api(apiv1.CodeRateLimited), ExitUnavailable},
 		{api(apiv1.CodeInternal), ExitError},
 		{api("something_new"), ExitError},
 	}

@@ -18,7 +18,7 @@ const (
 	ExitNotFound       = 4
 	ExitConflict       = 5 // conflict, idempotency_key_reused
 	ExitSKUUnavailable = 6
-	ExitUnavailable    = 7 // controller unreachable, or unavailable (retryable)
+	ExitUnavailable    = 7 // controller unreachable, unavailable or rate_limited (retryable)
 )
 
 // FlagError is a usage mistake (bad flag or argument): the only error that prints usage.
@@ -76,7 +76,7 @@ func ExitCode(err error) int {
 			return ExitConflict
 		case apiv1.CodeSKUUnavailable:
 			return ExitSKUUnavailable
-		case apiv1.CodeUnavailable:
+		case apiv1.CodeUnavailable, apiv1.CodeRateLimited:
 			return ExitUnavailable
 		}
 	}

@@ -163,6 +163,9 @@ contexts:
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("config file mode %v", fi.Mode().Perm())
 	}
+	if di, _ := os.Stat(filepath.Dir(out)); di.Mode().Perm() != 0o700 {
+		t.Fatalf("config directory mode %v", di.Mode().Perm())
+	}
 	back, err := ReadFile(out)
 	if err != nil || back.CurrentContext != "default" || back.Contexts["default"].Server != "https://old:3" {
 		t.Fatalf("round trip: %+v %v", back, err)

@@ -22,6 +22,7 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 		NewCmdDrain(f, nil),
 		NewCmdUndrain(f, nil),
 		NewCmdBootstrapToken(f, nil),
+		NewCmdRevoke(f, nil),
 		NewCmdStorageTransition(f, nil),
 		NewCmdReconcile(f, nil),
 		NewCmdCloudInit(f),

@@ -16,7 +16,7 @@ import (
 // NewCmdTokens is the `tokens` command group.
 func NewCmdTokens(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "tokens", Short: "API tokens (admin)", Aliases: []string{"token"}}
-	return cmdutil.Group(cmd, NewCmdCreate(f, nil))
+	return cmdutil.Group(cmd, NewCmdCreate(f, nil), NewCmdList(f, nil), NewCmdRevoke(f, nil))
 }
 
 // CreateOptions are `tokens create`'s dependencies and flags.
