@@ -517,7 +517,12 @@ func (d *Dispatcher) Result(ctx context.Context, nodeID, taskID string, r task.R
 	err = d.st.InTx(ctx, func(tx *store.Tx) error {
 		var err error
 		tr, _, err = tx.CompleteTask(ctx, taskID, nodeID, r.Status, r.Output, phases, r.Error)
-		return err
+		if err != nil {
+			return err
+		}
+		// A success whose report cannot be read is refused, not recorded: recorded, it could
+		// never be applied and the host's retries would fail forever.
+		return checkOutput(tr)
 	})
 	if err != nil {
 		return tr, err
@@ -525,6 +530,30 @@ func (d *Dispatcher) Result(ctx context.Context, nodeID, taskID string, r task.R
 	// Drive the allocation from the recorded (first) result, also on duplicates, so a
 	// controller crash between the two steps is repaired by the host's retry.
 	return tr, d.apply(ctx, tr)
+}
+
+// checkOutput refuses a succeeded discovery or reconcile result whose report is not a JSON
+// object of the expected shape.
+func checkOutput(tr store.TaskRecord) error {
+	if tr.Status != "succeeded" {
+		return nil
+	}
+	var into any
+	switch tr.Type {
+	case string(task.TypeTopologyDiscover):
+		into = &topology.Report{}
+	case string(task.TypeReconcile):
+		into = &task.ReconcileReport{}
+	default:
+		return nil
+	}
+	if len(tr.Output) == 0 || tr.Output[0] != '{' {
+		return &apiv1.Error{Code: apiv1.CodeInvalidRequest, Message: tr.Type + " succeeded without its report (output must be a JSON object)"}
+	}
+	if err := json.Unmarshal(tr.Output, into); err != nil {
+		return &apiv1.Error{Code: apiv1.CodeInvalidRequest, Message: tr.Type + " report: " + err.Error()}
+	}
+	return nil
 }
 
 func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -594,5 +595,32 @@ func TestReleasedBeforeTheHostTookItIsNeverProvisioned(t *testing.T) {
 		if c.Status != "releasing" {
 			t.Fatalf("claim %s is %s, want releasing until the wipe proof", c.SlotID, c.Status)
 		}
+	}
+}
+
+// A succeeded discovery or reconcile whose report is missing or malformed is refused (400)
+// and not recorded, so the host can send a corrected result; a valid one is then accepted.
+func TestUnreadableReportIsRefusedNotRecorded(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	id, err := w.d.QueueReconcile(w.ctx, w.node.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := w.poll(time.Second); env == nil || env.TaskID != id {
+		t.Fatalf("reconcile task not delivered: %+v", env)
+	}
+	for _, out := range []json.RawMessage{nil, json.RawMessage("null"), json.RawMessage(`[1,2]`), json.RawMessage(`{"slots": 7}`)} {
+		_, err := w.d.Result(w.ctx, w.node.ID, id, task.Result{Status: "succeeded", Output: out})
+		var ae *apiv1.Error
+		if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest {
+			t.Fatalf("output %q: err %v, want invalid_request", out, err)
+		}
+		tr, err := w.st.GetTask(w.ctx, id)
+		if err != nil || tr.Status != "leased" {
+			t.Fatalf("output %q: task %s after a refused result (%v), want still leased", out, tr.Status, err)
+		}
+	}
+	if tr, err := w.d.Result(w.ctx, w.node.ID, id, task.Result{Status: "succeeded", Output: json.RawMessage(`{"slots": []}`)}); err != nil || tr.Status != "succeeded" {
+		t.Fatalf("valid report: %s, %v", tr.Status, err)
 	}
 }
