@@ -17,13 +17,8 @@ func (s *Server) queueReconcile(w http.ResponseWriter, r *http.Request, p Princi
 	if err != nil {
 		return err
 	}
-	taskID, err := s.dispatch.QueueReconcile(r.Context(), id)
+	taskID, err := s.dispatch.QueueReconcile(r.Context(), id, audit(r, p, "node.reconcile", "node", id, map[string]any{}))
 	if err != nil {
-		return err
-	}
-	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		return tx.Audit(r.Context(), audit(r, p, "node.reconcile", "node", id, map[string]any{"task_id": taskID}))
-	}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, apiv1.Reconcile{NodeID: id, TaskID: taskID, Status: "queued"})

@@ -24,13 +24,9 @@ func (s *Server) queueDiscovery(w http.ResponseWriter, r *http.Request, p Princi
 	if err != nil {
 		return err
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeTopologyDiscover, task.TopologyDiscover{IncludeHugepages: true}, 10*time.Minute)
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeTopologyDiscover, task.TopologyDiscover{IncludeHugepages: true}, 10*time.Minute,
+		audit(r, p, "node.topology_discover", "node", id, map[string]any{}))
 	if err != nil {
-		return err
-	}
-	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		return tx.Audit(r.Context(), audit(r, p, "node.topology_discover", "node", id, map[string]any{"task_id": taskID}))
-	}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, apiv1.Discovery{NodeID: id, TaskID: taskID, Status: "queued"})
@@ -206,13 +202,9 @@ func (s *Server) storageTransition(w http.ResponseWriter, r *http.Request, p Pri
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
 	taskID, err := s.dispatch.QueueTask(r.Context(), n.ID, task.TypeStorageTransit,
-		task.StorageTransition{Devices: req.Devices, To: "slice", Apply: req.Apply, Node: n.Name}, 30*time.Minute)
+		task.StorageTransition{Devices: req.Devices, To: "slice", Apply: req.Apply, Node: n.Name}, 30*time.Minute,
+		audit(r, p, "node.storage_transition", "node", n.ID, map[string]any{"devices": req.Devices, "apply": req.Apply}))
 	if err != nil {
-		return err
-	}
-	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		return tx.Audit(r.Context(), audit(r, p, "node.storage_transition", "node", n.ID, map[string]any{"task_id": taskID, "devices": req.Devices, "apply": req.Apply}))
-	}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
@@ -249,13 +241,9 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: req.Apply}, 2*time.Hour)
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: req.Apply}, 2*time.Hour,
+		audit(r, p, "slot.wipe_requested", "slot", slot.ID, map[string]any{"device": slot.NVMeDevice, "apply": req.Apply}))
 	if err != nil {
-		return err
-	}
-	if err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		return tx.Audit(r.Context(), audit(r, p, "slot.wipe_requested", "slot", slot.ID, map[string]any{"task_id": taskID, "device": slot.NVMeDevice, "apply": req.Apply}))
-	}); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})

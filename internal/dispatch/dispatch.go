@@ -652,12 +652,22 @@ func (d *Dispatcher) Reap(ctx context.Context) error {
 
 // QueueTask queues a task that belongs to no allocation (e.g. topology discovery) and wakes
 // the node's polls here and on other replicas.
-func (d *Dispatcher) QueueTask(ctx context.Context, nodeID string, t task.Type, payload any, ttl time.Duration) (string, error) {
+func (d *Dispatcher) QueueTask(ctx context.Context, nodeID string, t task.Type, payload any, ttl time.Duration, audit ...store.AuditRecord) (string, error) {
 	var id string
 	err := d.st.InTx(ctx, func(tx *store.Tx) error {
 		var err error
-		id, err = tx.InsertTask(ctx, store.NewTask{NodeID: nodeID, Type: string(t), Payload: payload, TTL: ttl})
-		return err
+		if id, err = tx.InsertTask(ctx, store.NewTask{NodeID: nodeID, Type: string(t), Payload: payload, TTL: ttl}); err != nil {
+			return err
+		}
+		for _, a := range audit { // in the same transaction: no task without its audit record
+			if details, ok := a.Details.(map[string]any); ok {
+				details["task_id"] = id
+			}
+			if err := tx.Audit(ctx, a); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return "", err

@@ -41,12 +41,12 @@ func (d *Dispatcher) ReconcilePayload(ctx context.Context, nodeID string) (task.
 }
 
 // QueueReconcile queues slice.reconcile for a node and returns the task id.
-func (d *Dispatcher) QueueReconcile(ctx context.Context, nodeID string) (string, error) {
+func (d *Dispatcher) QueueReconcile(ctx context.Context, nodeID string, audit ...store.AuditRecord) (string, error) {
 	p, err := d.ReconcilePayload(ctx, nodeID)
 	if err != nil {
 		return "", err
 	}
-	return d.QueueTask(ctx, nodeID, task.TypeReconcile, p, ReconcileTTL)
+	return d.QueueTask(ctx, nodeID, task.TypeReconcile, p, ReconcileTTL, audit...)
 }
 
 func (d *Dispatcher) reconcileLoop(ctx context.Context) {
