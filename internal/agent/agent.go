@@ -241,7 +241,8 @@ func (a *Agent) do(ctx context.Context, method, path string, body any) (*http.Re
 	req.Header.Set("User-Agent", "gpuaas-hostd/"+a.version)
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		if ctx.Err() == nil && a.srv.failover(idx) {
+		// A deadline (a blackholed connection) counts against the server; shutdown does not.
+		if !errors.Is(ctx.Err(), context.Canceled) && a.srv.failover(idx) {
 			a.log.Warn("controller unreachable; failing over", "server", base, "err", err)
 		}
 		return nil, nil, err
@@ -543,6 +544,9 @@ func (a *Agent) sendLoop(ctx context.Context) {
 	}
 }
 
+// resultTimeout bounds one result delivery.
+const resultTimeout = 30 * time.Second
+
 // sendPending delivers spooled results; each is removed only once acknowledged.
 func (a *Agent) sendPending(ctx context.Context) {
 	pending, err := a.spool.Pending()
@@ -551,7 +555,11 @@ func (a *Agent) sendPending(ctx context.Context) {
 		return
 	}
 	for _, r := range pending {
-		resp, data, err := a.do(ctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+		// Bounded: a connection blackholed by a partition must not hold the sender forever
+		// (the transport has no timeout of its own: long polls share it).
+		rctx, cancel := context.WithTimeout(ctx, resultTimeout)
+		resp, data, err := a.do(rctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+		cancel()
 		if err != nil {
 			a.log.Debug("result not delivered yet", "task", r.TaskID, "err", err)
 			return // controller unreachable: keep everything, retry later

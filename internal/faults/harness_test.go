@@ -218,20 +218,39 @@ func (h *host) stop() {
 	h.cmd = nil
 }
 
-var startedRE = regexp.MustCompile(`msg="task started" task=([0-9a-f-]+)`)
+var (
+	startedRE  = regexp.MustCompile(`msg="task started" task=([0-9a-f-]+)`)
+	finishedRE = regexp.MustCompile(`msg="task finished" task=([0-9a-f-]+)`)
+)
 
 // runs counts, from hostd's own log, how many times it started each task.
-func (h *host) runs() map[string]int {
+func (h *host) runs() map[string]int { return h.count(startedRE) }
+
+// finished counts, from hostd's log, how many times each task finished.
+func (h *host) finished() map[string]int { return h.count(finishedRE) }
+
+func (h *host) count(re *regexp.Regexp) map[string]int {
 	h.c.t.Helper()
 	b, err := os.ReadFile(filepath.Join(h.dir, "hostd.log"))
 	if err != nil {
 		h.c.t.Fatal(err)
 	}
 	out := map[string]int{}
-	for _, m := range startedRE.FindAllSubmatch(b, -1) {
+	for _, m := range re.FindAllSubmatch(b, -1) {
 		out[string(m[1])]++
 	}
 	return out
+}
+
+// idle reports whether every task the host started has finished.
+func (h *host) idle() bool {
+	s, f := h.runs(), h.finished()
+	for id, n := range s {
+		if f[id] != n {
+			return false
+		}
+	}
+	return true
 }
 
 // spooled is how many results hostd holds undelivered.
