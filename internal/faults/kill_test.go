@@ -2,7 +2,7 @@ package faults
 
 import (
 	"fmt"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
