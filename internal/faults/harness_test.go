@@ -50,7 +50,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "faults:", err, err2)
 		return 1
 	}
-	defer os.RemoveAll(workRoot)
+	if os.Getenv("GPUAAS_FAULTS_KEEP") == "" { // keep the logs and data for a post-mortem
+		defer os.RemoveAll(workRoot)
+	}
 	binDir = filepath.Join(workRoot, "bin")
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
