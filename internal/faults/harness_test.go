@@ -156,7 +156,7 @@ type host struct {
 	cfg    string
 	args   []string
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited chan error
 }
 
 // addHost registers a node with eight slots, enrolls a hostd against servers and starts it.
@@ -202,21 +202,15 @@ func (h *host) start() {
 	if err := h.cmd.Start(); err != nil {
 		h.c.t.Fatal(err)
 	}
-	h.exited = make(chan struct{})
-	go func() { _ = h.cmd.Wait(); lf.Close(); close(h.exited) }()
+	h.exited = make(chan error, 1)
+	go func() { err := h.cmd.Wait(); lf.Close(); h.exited <- err }()
 }
 
 func (h *host) stop() {
 	if h.cmd == nil {
 		return
 	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(20 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.exited
-	}
+	benchenv.StopProcess(h.cmd.Process, h.exited)
 	h.cmd = nil
 }
 

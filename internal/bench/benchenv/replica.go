@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/pki"
 )
@@ -58,4 +59,16 @@ func (e *Env) KillController() error {
 		e.logFile.Close()
 	}
 	return nil
+}
+
+// StopProcess ends a child: SIGTERM, then SIGKILL if it has not exited within 20 s. exited
+// delivers the child's Wait result.
+func StopProcess(p *os.Process, exited <-chan error) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		_ = p.Kill()
+		<-exited
+	}
 }
