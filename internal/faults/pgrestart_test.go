@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,15 +26,15 @@ type createOutcome struct {
 	err error
 }
 
-// PostgreSQL restarts (fast shutdown: every backend terminated mid-statement) while tenants
-// create allocations through the controller. The controller recovers without a restart;
+// PostgreSQL restarts twice while tenants create allocations through the controller: a fast
+// shutdown (every backend terminated mid-statement) and a crash (postmaster SIGKILLed). The controller recovers without a restart;
 // requests that failed did so with a retryable 503 "unavailable" carrying Retry-After, never
 // a 500; every create that succeeded exists, none that failed does (no half-applied
 // transaction); a retry with the same idempotency key then succeeds exactly once; and the
 // invariants hold.
 func TestPostgresRestartUnderLoad(t *testing.T) {
 	c := newCluster(t, 1)
-	if _, err := c.A.AddNodes(c.ctx, 16); err != nil { // 128 GPUs, far more than is asked
+	if _, err := c.A.AddNodes(c.ctx, 24); err != nil { // 192 GPUs, more than is asked
 		t.Fatal(err)
 	}
 	pid := c.A.PID()
@@ -46,7 +50,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !stop.Load() && seq.Load() < 100 {
+			for !stop.Load() && seq.Load() < 150 {
 				key := fmt.Sprintf("load-%d", seq.Add(1))
 				a, err := cl.CreateAllocation(c.ctx, oneGPU(), key)
 				o := createOutcome{key: key, err: err}
@@ -83,17 +87,39 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		}
 	}()
 
-	waitFor(t, "load to be under way", 60*time.Second, func() (bool, error) { return seq.Load() >= 10, nil })
-	if err := c.A.PG.Stop(); err != nil {
-		t.Fatal(err)
+	// A clean restart (fast shutdown: backends terminated mid-statement), then a crash
+	// (SIGKILL of the postmaster: crash recovery on the next start).
+	dir := filepath.Join(c.dir, "pg")
+	for _, restart := range []struct {
+		name string
+		stop func() error
+	}{
+		{"fast shutdown", func() error { return c.A.PG.Stop() }},
+		{"postmaster killed", func() error {
+			pid, err := postmasterPID(filepath.Join(dir, "data"))
+			if err != nil {
+				return err
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return err
+			}
+			_ = c.A.PG.Stop() // releases the cluster; pg_ctl finds no postmaster to stop
+			return nil
+		}},
+	} {
+		before := seq.Load()
+		waitFor(t, "load to be under way", 60*time.Second, func() (bool, error) { return seq.Load() >= before+10, nil })
+		if err := restart.stop(); err != nil {
+			t.Fatalf("%s: %v", restart.name, err)
+		}
+		mid := seq.Load()
+		pg, err := pgserver.Start(c.ctx, pgserver.Options{Dir: dir})
+		if err != nil {
+			t.Fatalf("start PostgreSQL after %s: %v", restart.name, err)
+		}
+		c.A.PG = pg
+		waitFor(t, "creates to go on after "+restart.name, 90*time.Second, func() (bool, error) { return seq.Load() >= mid+15, nil })
 	}
-	mid := seq.Load()
-	pg, err := pgserver.Start(c.ctx, pgserver.Options{Dir: filepath.Join(c.dir, "pg")})
-	if err != nil {
-		t.Fatalf("restart PostgreSQL: %v", err)
-	}
-	c.A.PG = pg
-	waitFor(t, "creates to go on after the restart", 90*time.Second, func() (bool, error) { return seq.Load() >= mid+20, nil })
 	stop.Store(true)
 	wg.Wait()
 	<-rawDone
@@ -143,6 +169,9 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		}
 	}
 	c.checkInvariants()
+	if log, err := os.ReadFile(filepath.Join(c.dir, "controller.log")); err != nil || strings.Contains(string(log), `msg="internal error"`) {
+		t.Fatalf("the controller answered an internal error during the restarts (see its log) %v", err)
+	}
 }
 
 // rawClient is an HTTPS client trusting the controller's CA, for checks on raw answers.
@@ -153,4 +182,14 @@ func rawClient(t *testing.T, c *cluster) *http.Client {
 		t.Fatal(err)
 	}
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+// postmasterPID reads the postmaster's pid from its data directory.
+func postmasterPID(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
 }
