@@ -91,9 +91,13 @@ type cluster struct {
 var dirSeq atomic.Int32
 
 // newCluster starts PostgreSQL and replica A (and B when replicas is 2) with flags.
+//
+// Fault tests run in parallel (up to -parallel, GOMAXPROCS by default): they mostly wait on
+// leases, phases and restarts, and every one has its own PostgreSQL, processes and ports.
 func newCluster(t *testing.T, replicas int, flags ...string) *cluster {
 	t.Helper()
 	needPostgres(t)
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	dir := filepath.Join(workRoot, fmt.Sprintf("%s-%d", t.Name(), dirSeq.Add(1)))
