@@ -1,11 +1,16 @@
 package faults
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cli"
 	"github.com/gpuaas/gpuaas/internal/client"
 )
 
@@ -67,6 +72,23 @@ func TestFailoverToReplicaBAfterKill9(t *testing.T) {
 	// New work after the kill reaches the host through B too.
 	ids = append(ids, createN(t, c, viaB, 2)...)
 	c.settled(h, viaB, ids)
+
+	// gpuaasctl given both replicas (A first, dead) answers through B.
+	tokFile := filepath.Join(c.dir, "tenant.token")
+	if err := os.WriteFile(tokFile, []byte(c.A.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := cli.Main([]string{"--server", c.A.Server, "--server", c.B.Server, "--ca-file", c.A.CAFile, "--token-file", tokFile,
+		"alloc", "list", "-o", "json"}, strings.NewReader(""), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("gpuaasctl with a dead first replica: exit %d: %s", code, errOut.String())
+	}
+	for _, id := range ids {
+		if !strings.Contains(out.String(), id) {
+			t.Fatalf("gpuaasctl alloc list through B lacks %s:\n%s", id, out.String())
+		}
+	}
 }
 
 // SIGKILL the only controller at three moments, restarting it on the same address each
