@@ -39,7 +39,7 @@ type Agent struct {
 	cfg      Config
 	log      *slog.Logger
 	version  string
-	base     string
+	srv      *servers
 	hc       atomic.Pointer[http.Client] // replaced when the certificate is renewed
 	cert     atomic.Pointer[tls.Certificate]
 	verifier *task.Verifier
@@ -64,7 +64,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: log, version: version, base: strings.TrimRight(cfg.Server, "/"),
+	a := &Agent{cfg: cfg, log: log, version: version, srv: newServers(cfg.ServerList()),
 		sem: make(chan struct{}, cfg.MaxConcurrent), inflight: map[string]bool{}, sendNow: make(chan struct{}, 1),
 		host: hostfs.New(cfg.HostRoot)}
 	if err := a.loadCert(); err != nil {
@@ -119,8 +119,8 @@ func (a *Agent) loadCert() error {
 // (their results are spooled, so none is lost if the process is killed instead).
 func (a *Agent) Run(ctx context.Context) error {
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
-	_, _ = daemon.SdNotify(false, "STATUS=polling "+a.base+" as node "+a.cfg.NodeID+" ("+a.runtime.Name()+" runtime)")
-	a.log.Info("gpuaas-hostd running", "server", a.base, "node", a.cfg.NodeID, "runtime", a.runtime.Name(), "version", a.version)
+	_, _ = daemon.SdNotify(false, "STATUS=polling "+a.srv.String()+" as node "+a.cfg.NodeID+" ("+a.runtime.Name()+" runtime)")
+	a.log.Info("gpuaas-hostd running", "servers", a.srv.String(), "node", a.cfg.NodeID, "runtime", a.runtime.Name(), "version", a.version)
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go a.watchdog(bg)
@@ -230,7 +230,8 @@ func (a *Agent) do(ctx context.Context, method, path string, body any) (*http.Re
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	base, idx := a.srv.current()
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,11 +241,24 @@ func (a *Agent) do(ctx context.Context, method, path string, body any) (*http.Re
 	req.Header.Set("User-Agent", "gpuaas-hostd/"+a.version)
 	resp, err := a.hc.Load().Do(req)
 	if err != nil {
+		// A deadline (a blackholed connection) counts against the server; shutdown does not.
+		if !errors.Is(ctx.Err(), context.Canceled) && a.srv.failover(idx) {
+			a.log.Warn("controller unreachable; failing over", "server", base, "err", err)
+		}
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err == nil && unavailable(resp.StatusCode) && a.srv.failover(idx) {
+		// A replica without its database, or a proxy without a backend: another may answer.
+		a.log.Warn("controller unavailable; failing over", "server", base, "status", resp.Status)
+	}
 	return resp, data, err
+}
+
+// unavailable is an answer that says "try again, maybe elsewhere": nothing was applied.
+func unavailable(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
 func apiError(resp *http.Response, data []byte) error {
@@ -530,6 +544,9 @@ func (a *Agent) sendLoop(ctx context.Context) {
 	}
 }
 
+// resultTimeout bounds one result delivery.
+const resultTimeout = 30 * time.Second
+
 // sendPending delivers spooled results; each is removed only once acknowledged.
 func (a *Agent) sendPending(ctx context.Context) {
 	pending, err := a.spool.Pending()
@@ -538,7 +555,11 @@ func (a *Agent) sendPending(ctx context.Context) {
 		return
 	}
 	for _, r := range pending {
-		resp, data, err := a.do(ctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+		// Bounded: a connection blackholed by a partition must not hold the sender forever
+		// (the transport has no timeout of its own: long polls share it).
+		rctx, cancel := context.WithTimeout(ctx, resultTimeout)
+		resp, data, err := a.do(rctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+		cancel()
 		if err != nil {
 			a.log.Debug("result not delivered yet", "task", r.TaskID, "err", err)
 			return // controller unreachable: keep everything, retry later

@@ -59,7 +59,7 @@ func newEnrollCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&o.Server, "server", "", "controller URL (https://host:port)")
+	fl.StringSliceVar(&o.Servers, "server", nil, "controller URL (https://host:port); repeat or comma-separate to record several replicas")
 	fl.StringVar(&o.CAFile, "ca-file", "", "controller CA certificate")
 	fl.StringVar(&o.Token, "token", "", "one-time bootstrap token (or GPUAAS_BOOTSTRAP_TOKEN)")
 	fl.StringVar(&o.ConfigPath, "config", "/etc/gpuaas/hostd.yaml", "config file to write")

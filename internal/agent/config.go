@@ -6,7 +6,6 @@ package agent
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +19,7 @@ import (
 // Config is hostd's typed configuration: flags > GPUAAS_* env > file.
 type Config struct {
 	Server         string        `mapstructure:"server" yaml:"server"`
+	Servers        []string      `mapstructure:"servers" yaml:"servers,omitempty"` // more controllers to fail over to (ServerList)
 	NodeID         string        `mapstructure:"node_id" yaml:"node_id"`
 	CAFile         string        `mapstructure:"ca_file" yaml:"ca_file"`
 	CertFile       string        `mapstructure:"cert_file" yaml:"cert_file"`
@@ -57,6 +57,7 @@ type Config struct {
 // BindRunFlags declares `run` flags.
 func BindRunFlags(fs *pflag.FlagSet) {
 	fs.String("config", "/etc/gpuaas/hostd.yaml", "config file written by enroll")
+	fs.StringSlice("server", nil, "controller URL(s), repeatable or comma-separated; replaces server/servers from the config file")
 	fs.String("host-root", "", "root of the host seam (sysfs, /dev, /var/lib/gpuaas); default /")
 	fs.String("runtime", "", "slice runtime: sim, lab or libvirt")
 	fs.String("state-dir", "", "hostd state (spool, completed tasks); default /var/lib/gpuaas/hostd")
@@ -99,7 +100,12 @@ func LoadConfig(fs *pflag.FlagSet) (Config, error) {
 		if err := v.BindEnv(key, "GPUAAS_"+strings.ToUpper(key)); err != nil {
 			bindErr = err
 		}
-		if f.Changed {
+		if f.Changed && key == "server" {
+			// --server is a list: it replaces the file's server and servers.
+			list, _ := fs.GetStringSlice("server")
+			v.Set("server", "")
+			v.Set("servers", list)
+		} else if f.Changed {
 			v.Set(key, f.Value.String())
 		}
 	})
@@ -164,9 +170,14 @@ func (c *Config) defaults() {
 
 // Validate checks the configuration before anything runs.
 func (c Config) Validate() error {
-	u, err := url.Parse(c.Server)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("server %q must be https://host:port", c.Server)
+	list := c.ServerList()
+	if len(list) == 0 {
+		return fmt.Errorf("server is empty: enroll first, or set server (or a servers list) to https://host:port")
+	}
+	for _, s := range list {
+		if err := validServer(s); err != nil {
+			return err
+		}
 	}
 	if c.NodeID == "" {
 		return fmt.Errorf("node_id is empty: enroll first")

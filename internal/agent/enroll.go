@@ -22,7 +22,8 @@ import (
 
 // EnrollOptions are the inputs of `gpuaas-hostd enroll`.
 type EnrollOptions struct {
-	Server     string
+	Server     string   // one controller, or a comma-separated list (tried in order)
+	Servers    []string // more controllers (repeated --server); all are recorded in the config
 	CAFile     string
 	Token      string
 	ConfigPath string
@@ -34,7 +35,8 @@ type EnrollOptions struct {
 // Enroll generates a key pair, exchanges the bootstrap token for a node certificate, and
 // writes key, certificate, CA and the pinned task-signing key (all 0600) beside the config.
 func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
-	if o.Token == "" || o.Server == "" || o.CAFile == "" || o.ConfigPath == "" {
+	list := Config{Server: o.Server, Servers: o.Servers}.ServerList()
+	if o.Token == "" || len(list) == 0 || o.CAFile == "" || o.ConfigPath == "" {
 		return Config{}, fmt.Errorf("--server, --ca-file, --token and --config are required")
 	}
 	tlsCfg, err := pki.ClientTLSConfig(o.CAFile)
@@ -51,15 +53,28 @@ func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
 	}
 	body, _ := json.Marshal(apiv1.EnrollRequest{BootstrapToken: strings.TrimSpace(o.Token),
 		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}))})
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(o.Server, "/")+"/api/v1/agent/enroll", bytes.NewReader(body))
-	if err != nil {
-		return Config{}, err
+	for _, s := range list {
+		if err := validServer(s); err != nil {
+			return Config{}, err
+		}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return Config{}, fmt.Errorf("enroll: cannot reach %s: %w", o.Server, err)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	// The first controller that answers enrolls the host (the token is single-use, so a
+	// replica that answered is never asked again).
+	var resp *http.Response
+	for _, s := range list {
+		req, err := http.NewRequestWithContext(ctx, "POST", s+"/api/v1/agent/enroll", bytes.NewReader(body))
+		if err != nil {
+			return Config{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err = hc.Do(req); err != nil {
+			if s == list[len(list)-1] {
+				return Config{}, fmt.Errorf("enroll: cannot reach %s: %w", strings.Join(list, ", "), err)
+			}
+			continue
+		}
+		break
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -79,7 +94,8 @@ func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
 
 func writeIdentity(o EnrollOptions, key *ecdsa.PrivateKey, en apiv1.Enrollment) (Config, error) {
 	dir := filepath.Dir(o.ConfigPath)
-	c := Config{Server: o.Server, NodeID: en.NodeID, Runtime: o.Runtime, HostRoot: o.HostRoot, StateDir: o.StateDir,
+	list := Config{Server: o.Server, Servers: o.Servers}.ServerList()
+	c := Config{Server: list[0], Servers: list[1:], NodeID: en.NodeID, Runtime: o.Runtime, HostRoot: o.HostRoot, StateDir: o.StateDir,
 		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "hostd.crt"), KeyFile: filepath.Join(dir, "hostd.key"),
 		SigningPubFile: filepath.Join(dir, "task-signing.pub")}
 	keyDER, err := x509.MarshalECPrivateKey(key)

@@ -26,7 +26,8 @@ func (a *Agent) dialRelay(ctx context.Context, p *task.TerminalOpen) (net.Conn, 
 	h := http.Header{}
 	h.Set(terminal.TokenHeader, p.HostToken)
 	h.Set("User-Agent", "gpuaas-hostd/"+a.version)
-	return terminal.Dial(ctx, tr.TLSClientConfig, a.base, p.AttachPath, h)
+	base, _ := a.srv.current()
+	return terminal.Dial(ctx, tr.TLSClientConfig, base, p.AttachPath, h)
 }
 
 // terminalOpen runs a terminal.open task: the outbound relay stream, then the runtime's session.

@@ -87,6 +87,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("Retry-After", strconv.Itoa(v))
 		}
 	}
+	if ae.Code == apiv1.CodeUnavailable {
+		// Nothing was applied (the transaction did not commit): clients retry, here or on
+		// another replica, after a moment (a PostgreSQL restart or failover takes seconds).
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, statusFor(ae.Code), ae)
 }
 

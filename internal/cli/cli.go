@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/audit"
 	"github.com/gpuaas/gpuaas/internal/cli/capacity"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/config"
 	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
@@ -104,7 +105,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.SetVersionTemplate("gpuaasctl {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cmdutil.FlagError{Err: err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&f.Flags.Server, "server", "", "controller URL, https://host:port")
+	pf.Var(config.ServerFlag{P: &f.Flags.Server}, "server", "controller URL, https://host:port (repeat or comma-separate to fail over between replicas)")
 	pf.StringVar(&f.Flags.CAFile, "ca-file", "", "CA certificate (PEM) to trust for the controller")
 	pf.StringVar(&f.Flags.Token, "token", "", "API token")
 	pf.StringVar(&f.Flags.TokenFile, "token-file", "", "file holding the API token")

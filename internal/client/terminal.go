@@ -34,7 +34,7 @@ func (c *Client) GetSession(ctx context.Context, id string) (*apiv1.TerminalSess
 
 // Recording returns a session's asciicast v2 recording.
 func (c *Client) Recording(ctx context.Context, id string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base.String()+"/api/v1/sessions/"+esc(id)+"/recording", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Server()+"/api/v1/sessions/"+esc(id)+"/recording", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (c *Client) Attach(ctx context.Context, t *apiv1.TerminalTicket) (net.Conn,
 	h.Set("Authorization", "Bearer "+c.token)
 	h.Set("User-Agent", c.ua)
 	h.Set(terminal.TokenHeader, t.Token)
-	conn, err := terminal.Dial(ctx, tr.TLSClientConfig, c.base.String(), t.AttachPath, h)
+	conn, err := terminal.Dial(ctx, tr.TLSClientConfig, c.Server(), t.AttachPath, h)
 	var refused *terminal.RefusedError
 	switch {
 	case errors.As(err, &refused):

@@ -163,9 +163,21 @@ func (d *Dispatcher) Kick() {
 
 // Run runs the LISTEN relay, the outbox worker and the reaper until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) {
+	var interrupted bool // only the Listen goroutine touches it
 	go d.st.Listen(ctx, NotifyChannel, d.wakeFromNotify,
-		func(err error) { d.log.Warn("task notifications interrupted; reconnecting", "err", err) },
-		func() { d.listenOnce.Do(func() { close(d.listening) }) })
+		func(err error) {
+			interrupted = true
+			d.log.Warn("task notifications interrupted; reconnecting", "err", err)
+		},
+		func() {
+			if interrupted {
+				// NOTIFYs sent while this replica was not listening are gone (PostgreSQL
+				// keeps none for absent listeners): every waiting poll looks again.
+				d.hub.WakeAll()
+				d.log.Info("task notifications restored; waking every waiting poll")
+			}
+			d.listenOnce.Do(func() { close(d.listening) })
+		})
 	if d.cfg.ReconcileEvery > 0 {
 		go d.reconcileLoop(ctx)
 	}

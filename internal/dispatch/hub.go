@@ -94,6 +94,24 @@ func (h *Hub) Wake(node string) {
 	}
 }
 
+// WakeAll signals every waiting poll and makes every node's next poll query the database:
+// wake-ups may have been lost (this replica's LISTEN connection was down).
+func (h *Hub) WakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.nodes {
+		n.gen++
+	}
+	for _, chs := range h.waiters {
+		for ch := range chs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // Waiting reports how many polls wait for node (metrics, tests).
 func (h *Hub) Waiting(node string) int {
 	h.mu.Lock()

@@ -36,3 +36,30 @@ func TestHubNothingNew(t *testing.T) {
 		t.Fatal("state leaked across nodes")
 	}
 }
+
+// After lost notifications, WakeAll signals every waiting poll and voids every node's
+// "nothing new" shortcut.
+func TestHubWakeAll(t *testing.T) {
+	h := NewHub()
+	t0 := time.Unix(1000, 0)
+	for _, n := range []string{"n1", "n2"} {
+		h.Empty(n, h.Gen(n), t0)
+	}
+	ch1, cancel1 := h.Subscribe("n1")
+	defer cancel1()
+	ch3, cancel3 := h.Subscribe("n3")
+	defer cancel3()
+	h.WakeAll()
+	for name, ch := range map[string]<-chan struct{}{"n1": ch1, "n3": ch3} {
+		select {
+		case <-ch:
+		default:
+			t.Fatalf("poll waiting for %s not woken", name)
+		}
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if h.NothingNew(n, t0.Add(time.Second), time.Minute) {
+			t.Fatalf("%s may still skip its lease query after WakeAll", n)
+		}
+	}
+}

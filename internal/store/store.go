@@ -8,7 +8,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -188,8 +191,20 @@ func translate(err error) error {
 		return err
 	}
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
+	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || connectionLost(err) {
 		return &DBError{Kind: ErrUnavailable, Detail: err.Error(), Err: err}
 	}
 	return err
+}
+
+// connectionLost reports a connection that broke mid-statement (the server restarted, failed
+// over, or the network dropped): the transaction did not commit unless it was the COMMIT
+// itself whose answer was lost, which idempotency keys settle on retry.
+func connectionLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.As(err, &ne)
 }

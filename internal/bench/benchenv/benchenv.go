@@ -225,13 +225,7 @@ func (e *Env) StopController() {
 	if e.ctl == nil || e.ctl.Process == nil {
 		return
 	}
-	_ = e.ctl.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.exited:
-	case <-time.After(20 * time.Second):
-		_ = e.ctl.Process.Kill()
-		<-e.exited
-	}
+	StopProcess(e.ctl.Process, e.exited)
 	e.ctl = nil
 	if e.logFile != nil {
 		e.logFile.Close()

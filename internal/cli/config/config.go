@@ -21,11 +21,14 @@ import (
 
 // Settings is one layer of configuration; it is also one context in the config file.
 type Settings struct {
-	Server    string `mapstructure:"server" yaml:"server,omitempty"`
-	CAFile    string `mapstructure:"ca_file" yaml:"ca_file,omitempty"`
-	Token     string `mapstructure:"token" yaml:"token,omitempty"`
-	TokenFile string `mapstructure:"token_file" yaml:"token_file,omitempty"`
-	Region    string `mapstructure:"region" yaml:"region,omitempty"`
+	Server string `mapstructure:"server" yaml:"server,omitempty"`
+	// Servers are more controller replicas to fail over to (a load balancer address in
+	// Server alone is the usual setup). Server, when set, is tried first.
+	Servers   []string `mapstructure:"servers" yaml:"servers,omitempty"`
+	CAFile    string   `mapstructure:"ca_file" yaml:"ca_file,omitempty"`
+	Token     string   `mapstructure:"token" yaml:"token,omitempty"`
+	TokenFile string   `mapstructure:"token_file" yaml:"token_file,omitempty"`
+	Region    string   `mapstructure:"region" yaml:"region,omitempty"`
 }
 
 // Flags are the global flag values; an empty field was not given.
@@ -45,7 +48,7 @@ type File struct {
 
 // Config is the resolved configuration.
 type Config struct {
-	Server string
+	Server string // one URL, or several comma-separated (tried in order; client.Options)
 	CAFile string
 	Token  string
 	Region string // default region for placement (alloc create, capacity, explain)
@@ -110,7 +113,7 @@ func Load(flags Flags, getenv func(string) string) (*Config, error) {
 	c := &Config{File: path, Context: ctxName}
 	for _, l := range layers {
 		if c.Server == "" {
-			c.Server = l.s.Server
+			c.Server = strings.Join(append(nonEmpty(l.s.Server), l.s.Servers...), ",")
 		}
 		if c.CAFile == "" {
 			c.CAFile = l.s.CAFile
@@ -135,6 +138,42 @@ func Load(flags Flags, getenv func(string) string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// IsZero reports whether nothing is set.
+func (s Settings) IsZero() bool {
+	return s.Server == "" && len(s.Servers) == 0 && s.CAFile == "" && s.Token == "" && s.TokenFile == "" && s.Region == ""
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// ServerFlag is --server: repeatable, each value possibly comma-separated; the values are
+// kept comma-joined in *P (the form Config.Server and client.Options.Server take).
+type ServerFlag struct{ P *string }
+
+// String is the joined list.
+func (f ServerFlag) String() string {
+	if f.P == nil {
+		return ""
+	}
+	return *f.P
+}
+
+// Set appends a value.
+func (f ServerFlag) Set(v string) error {
+	if *f.P != "" {
+		v = *f.P + "," + v
+	}
+	*f.P = v
+	return nil
+}
+
+// Type names the value in help.
+func (ServerFlag) Type() string { return "urls" }
 
 // Select returns the named context (name "" = the current one; none at all = the flat
 // settings). An unknown name is an error listing the known ones.
@@ -219,7 +258,7 @@ func ReadFile(path string) (*File, error) {
 // Write saves the file atomically with mode 0600 (its directory 0700): it may hold tokens.
 // Flat legacy settings are folded into the context "default".
 func (f *File) Write(path string) error {
-	if f.Settings != (Settings{}) {
+	if !f.Settings.IsZero() {
 		if _, ok := f.Contexts["default"]; !ok {
 			f.Contexts["default"] = f.Settings
 			if f.CurrentContext == "" {

@@ -52,7 +52,7 @@ func newCmdView(f *cmdutil.Factory) *cobra.Command {
 			for n, s := range file.Contexts {
 				v.Contexts[n] = config.Redacted(s)
 			}
-			if file.Settings != (config.Settings{}) {
+			if !file.Settings.IsZero() {
 				v.Contexts["(flat keys)"] = config.Redacted(file.Settings)
 			}
 			return output.Print(f.IO.Out, format, v, func(t *output.TableWriter) { contextTable(t, file) })

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// The config's single `server` keeps working, `servers` adds replicas, and --server
+// (repeated or comma-separated) replaces both; anything but https:// is refused.
+func TestServerListFromConfigAndFlags(t *testing.T) {
+	const ids = "node_id: n1\nca_file: /x/ca\ncert_file: /x/c\nkey_file: /x/k\nsigning_pub_file: /x/p\nruntime: sim\n"
+	cases := []struct {
+		name, file string
+		args       []string
+		want       []string
+		err        string
+	}{
+		{name: "single server (as enroll wrote it before replicas)", file: "server: https://lb:8443\n",
+			want: []string{"https://lb:8443"}},
+		{name: "server and servers", file: "server: https://a:1/\nservers: [https://b:2, 'https://c:3,https://a:1']\n",
+			want: []string{"https://a:1", "https://b:2", "https://c:3"}},
+		{name: "servers only", file: "servers:\n  - https://b:2\n", want: []string{"https://b:2"}},
+		{name: "flags replace the file", file: "server: https://a:1\nservers: [https://b:2]\n",
+			args: []string{"--server", "https://x:1", "--server", "https://y:2,https://z:3"},
+			want: []string{"https://x:1", "https://y:2", "https://z:3"}},
+		{name: "plain http refused", file: "server: https://a:1\nservers: [http://b:2]\n", err: `"http://b:2" must be https`},
+		{name: "none", file: "", err: "server is empty"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "hostd.yaml")
+			if err := os.WriteFile(path, []byte(ids+tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+			BindRunFlags(fs)
+			if err := fs.Parse(append([]string{"--config", path}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadConfig(fs)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("LoadConfig = %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.ServerList(); !slices.Equal(got, tc.want) {
+				t.Fatalf("ServerList = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Failover moves to the next server once per failure, and concurrent failures of the same
+// attempt move it once, not once each.
+func TestServersFailover(t *testing.T) {
+	s := newServers([]string{"https://a:1", "https://b:2"})
+	base, i := s.current()
+	if base != "https://a:1" {
+		t.Fatalf("current = %s", base)
+	}
+	if !s.failover(i) || !s.failover(i) { // two requests that failed on a
+		t.Fatal("failover should report another server")
+	}
+	if base, _ := s.current(); base != "https://b:2" {
+		t.Fatalf("after failing on a: %s, want b (moved once)", base)
+	}
+	_, i = s.current()
+	s.failover(i)
+	if base, _ := s.current(); base != "https://a:1" {
+		t.Fatalf("after failing on b: %s, want a again", base)
+	}
+	if newServers([]string{"https://only:1"}).failover(0) {
+		t.Fatal("a single server has nowhere to fail over to")
+	}
+}
