@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,13 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, store.MigrateForTest)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run()) // fuzzing runs only the database-free fuzz targets (fuzz_test.go)
+	}
+	os.Exit(pgtest.Main(m, store.MigrateForTest))
+}
 
 type apiBundle struct {
 	t      *testing.T
