@@ -37,6 +37,7 @@ type apiBundle struct {
 	tenant string
 	other  string
 	tenID  string
+	dsn    string // the test's database, for tests that compare rows directly
 }
 
 // setup starts the real API over TLS on a fresh database with an admin token.
@@ -44,12 +45,13 @@ func setup(t *testing.T) *apiBundle {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	dsn := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	b := &apiBundle{t: t, st: st, admin: "gpa_test_admin_token_0123456789"}
+	b := &apiBundle{t: t, st: st, admin: "gpa_test_admin_token_0123456789", dsn: dsn}
 	if err := st.InTx(ctx, func(tx *store.Tx) error {
 		_, err := tx.CreateToken(ctx, "test-admin", pki.HashToken(b.admin), "admin", "", nil)
 		return err
