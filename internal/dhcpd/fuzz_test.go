@@ -13,22 +13,12 @@ import (
 // (OFFER) or a REQUEST (ACK, or NAK for another address); the answer is a well-formed reply
 // to the same transaction; and nothing it receives changes its reservations.
 func FuzzReply(f *testing.F) {
-	hw, _ := net.ParseMAC("52:54:00:01:00:00")
 	for _, mt := range []dhcpv4.MessageType{dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeInform} {
 		for _, want := range []net.IP{nil, net.ParseIP("10.100.0.10"), net.ParseIP("10.100.0.77")} {
-			mods := []dhcpv4.Modifier{dhcpv4.WithMessageType(mt)}
-			if want != nil {
-				mods = append(mods, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(want)))
-			}
-			p, err := dhcpv4.NewDiscovery(hw, mods...)
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(p.ToBytes())
+			f.Add(discover(f, "52:54:00:01:00:00", mt, want).ToBytes())
 		}
 	}
-	other, _ := dhcpv4.NewDiscovery(net.HardwareAddr{0x52, 0x54, 0, 0x99, 0x99, 0x99})
-	f.Add(other.ToBytes())
+	f.Add(discover(f, "52:54:00:99:99:99", dhcpv4.MessageTypeDiscover, nil).ToBytes())
 	f.Add([]byte{1, 1, 6, 0})
 	s, err := New(Config{Interface: "lo", ServerIP: net.ParseIP("10.100.0.1"), Netmask: net.CIDRMask(24, 32),
 		StateFile: filepath.Join(f.TempDir(), "reservations.json")})
