@@ -12,7 +12,8 @@ TEST_FLAGS ?= -count=1 -timeout 20m
 # `make fuzz` runs each for FUZZTIME; `make test` runs each for TEST_FUZZTIME.
 FUZZ_TARGETS := internal/api:FuzzDecodeBody internal/api:FuzzQueryParams internal/task:FuzzVerify \
 	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/topology:FuzzSignature \
-	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cli/slots:FuzzReadSlotMap
+	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cloudinit:FuzzRenderHost \
+	internal/cli/slots:FuzzReadSlotMap
 FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 3s
 

@@ -111,3 +111,73 @@ func checkEnv(t *testing.T, env string, want map[string]string) {
 		t.Fatalf("instance.env = %q, want %v", env, want)
 	}
 }
+
+// FuzzRenderHost renders MAAS deploy user-data from hostile node names, URLs, tokens, tags and
+// firmware values: refused, or YAML with exactly our keys, a three-line comment header, env
+// files of exactly the expected assignments, and the token and server as whole arguments.
+func FuzzRenderHost(f *testing.F) {
+	f.Add("h200-01", "https://ctl.example:8443", "gpb_0123456789abcdefghijkl", "https://repo.example/gpuaas-hostd", "v1", "BIOS.A=B BIOS.C=D", "gpu-nvidia-h200", true)
+	f.Add("n\nruncmd: [reboot]", "https://ctl.example:8443 --insecure", "gpb_0123456789abcdefghijkl\n", "https://r/x';reboot;'", "v1\n", "A=\"$(id)\"", "Tag", false)
+	f.Add("n", "http://ctl", "gpb_0123456789abcdefghijkl", "http://r/h", "v1", "", "t", true)
+	f.Fuzz(func(t *testing.T, node, server, token, hostdURL, fwVersion, fwAttrs, tag string, slice bool) {
+		h := hostSeed(t)
+		h.Node, h.Server, h.BootstrapToken, h.HostdURL, h.FirmwareVersion, h.FirmwareAttrs = node, server, token, hostdURL, fwVersion, fwAttrs
+		h.NodeTags = []string{tag}
+		if !slice {
+			h.Profile = ProfileBaremetal
+		}
+		ud, err := RenderHost(h)
+		if err != nil {
+			return
+		}
+		head, body, _ := strings.Cut(string(ud), "\npackages:")
+		lines := strings.Split(head, "\n")
+		if len(lines) != 3 || lines[0] != "#cloud-config" || !strings.HasPrefix(lines[1], "# ") || !strings.HasPrefix(lines[2], "# ") {
+			t.Fatalf("header is not three comment lines: %q", head)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(ud, &doc); err != nil || len(doc) != 3 || doc["write_files"] == nil || doc["runcmd"] == nil || doc["packages"] == nil || body == "" {
+			t.Fatalf("user-data keys: %v %v\n%s", err, keysOf(doc), ud)
+		}
+		for _, w := range doc["write_files"].([]any) {
+			m := w.(map[string]any)
+			path, content := m["path"].(string), m["content"].(string)
+			switch path {
+			case "/etc/gpuaas/firmware-profile.env":
+				if n := strings.Count(content, "\n"); n != 7 || strings.Contains(content, "\r") {
+					t.Fatalf("firmware env has %d lines: %q", n, content)
+				}
+				for _, l := range strings.Split(strings.TrimSuffix(content, "\n"), "\n") {
+					if k, _, ok := strings.Cut(l, "="); !ok || !strings.HasPrefix(k, "GPUAAS_") || strings.ContainsAny(l, "$`\\;&|") {
+						t.Fatalf("firmware env line %q", l)
+					}
+				}
+			case "/etc/gpuaas/hostd.env":
+				if content != "GPUAAS_NODE_TAGS="+tag+"\n" {
+					t.Fatalf("hostd env %q", content)
+				}
+			}
+		}
+		if !slice {
+			return
+		}
+		found := false
+		for _, c := range doc["runcmd"].([]any) {
+			argv, _ := c.([]any)
+			if len(argv) > 6 && argv[0] == "gpuaas-hostd" && argv[1] == "enroll" {
+				found = argv[3] == server && argv[7] == token
+			}
+		}
+		if !found {
+			t.Fatalf("enroll command does not carry server and token as whole arguments:\n%s", ud)
+		}
+	})
+}
+
+func keysOf(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
