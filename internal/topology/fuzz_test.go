@@ -63,8 +63,9 @@ func (ft fuzzTree) write(root string) bool {
 
 // FuzzDiscover runs discovery over generated sysfs trees with hostile names, link targets and
 // file contents. It never panics; every device address it reports is a PCI address; NUMA
-// nodes are never negative; and no ready candidate offers a mounted, partitioned, signed or
-// OS disk, or a disk without a plain by-id name.
+// nodes are never negative; a GPU sharing its IOMMU group with any other device (PCI or not)
+// is never ready; and no ready candidate offers a mounted, partitioned, signed or OS disk, or
+// a disk without a plain by-id name.
 func FuzzDiscover(f *testing.F) {
 	mbr := make([]byte, 512)
 	mbr[510], mbr[511] = 0x55, 0xaa
@@ -87,11 +88,19 @@ func FuzzDiscover(f *testing.F) {
 			t.Fatalf("discovery failed on a tree with a PCI directory: %v", err)
 		}
 		pcis := []string{}
+		sharedGroup := map[string]bool{} // GPUs whose IOMMU group holds another device
 		for _, g := range r.GPUs {
-			pcis = append(append(pcis, g.PCIAddress), g.IOMMUPeers...)
+			pcis = append(pcis, g.PCIAddress)
 			checkNUMA(t, g.NUMANode)
 			if g.IOMMUGroup != nil && *g.IOMMUGroup < 0 {
 				t.Fatalf("IOMMU group %d", *g.IOMMUGroup)
+			}
+			// Group members are listed as they are (a group may hold non-PCI devices); any
+			// that is not one of the GPU's own functions keeps it out of a slice.
+			for _, p := range g.IOMMUPeers {
+				if !strings.HasPrefix(p, g.PCIAddress[:len(g.PCIAddress)-1]) {
+					sharedGroup[g.PCIAddress] = true
+				}
 			}
 		}
 		for _, fb := range r.Fabric {
@@ -110,6 +119,9 @@ func FuzzDiscover(f *testing.F) {
 			}
 		}
 		for _, c := range r.Candidates {
+			if c.Ready && sharedGroup[c.GPUPCI] {
+				t.Fatalf("candidate %d is ready although GPU %s shares its IOMMU group", c.SlotIndex, c.GPUPCI)
+			}
 			if !c.Ready {
 				if len(c.BlockingReasons) == 0 {
 					t.Fatalf("candidate %d blocked without a reason", c.SlotIndex)
