@@ -74,12 +74,17 @@ func FuzzDiscover(f *testing.F) {
 	f.Add("0000:1b:00.0", "0x10de", "0x030200", "-1", "10", "0000:99:00.0", "..", "nvme-eui.1", "/dev/nvme0n1p1 /data xfs rw 0 0\n", "x", []byte("XFSB"))
 	f.Add("1b", "0x10de", "0x0302", "0", "7", "x", "/", "nvme-eui.1\nroot", "garbage", "-9", []byte{}) // an address with no '.'
 	f.Add("10000:e1:00.0", "0x1002", "0x030000", "99999999999999999999", "-3", "p", "../../../../etc", "wwn-0x5", "", "", []byte{})
+	base := fuzzBase(f)
 	f.Fuzz(func(t *testing.T, gpuAddr, vendor, class, numa, group, peer, vfTarget, byID, mounts, size string, head []byte) {
 		if len(head) > 70<<10 {
 			return
 		}
 		ft := fuzzTree{gpuAddr, vendor, class, numa, group, peer, vfTarget, byID, mounts, size, head}
-		root := t.TempDir()
+		root, err := os.MkdirTemp(base, "host")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(root)
 		if !ft.write(root) {
 			return
 		}
@@ -138,6 +143,16 @@ func FuzzDiscover(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzBase holds the generated trees: in memory (/dev/shm) where there is one, since each
+// input writes a whole small host.
+func fuzzBase(f *testing.F) string {
+	if dir, err := os.MkdirTemp("/dev/shm", "gpuaas-fuzz-"); err == nil {
+		f.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	return f.TempDir()
 }
 
 func checkNUMA(t *testing.T, n *int) {
