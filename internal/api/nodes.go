@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
