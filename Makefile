@@ -8,9 +8,18 @@ BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
 # Packages with concurrency worth the race detector; the rest run without it to keep CI fast.
 RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/... ./internal/dispatch/... ./internal/agent/...
 TEST_FLAGS ?= -count=1 -timeout 20m
+# Native Go fuzz targets as package:Target (internal/rules checks every FuzzXxx is listed).
+# `make fuzz` runs each for FUZZTIME; `make test` runs each for TEST_FUZZTIME (empty: none;
+# the first run also builds the fuzz-instrumented standard library and dependencies).
+FUZZ_TARGETS := internal/api:FuzzDecodeBody internal/api:FuzzQueryParams internal/task:FuzzVerify \
+	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/topology:FuzzSignature \
+	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cloudinit:FuzzRenderHost \
+	internal/cli/slots:FuzzReadSlotMap
+FUZZTIME ?= 30s
+TEST_FUZZTIME ?= 3s
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab bench lint completions deps clean
+.PHONY: install release bench-quick all build test test-race test-rest demo lab bench lint completions deps clean fuzz
 
 all: build
 
@@ -39,6 +48,15 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent)(/|$$)')
+	@if [ -n "$(TEST_FUZZTIME)" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME); fi
+
+# fuzz runs every fuzz target for FUZZTIME (go test -fuzz takes one target per run); a
+# failing input lands in the package's testdata/fuzz/FuzzXxx/: fix the bug, keep the input.
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test -vet=off -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; \
+	done
 
 demo: deps build
 	$(GO) run ./internal/demo --bin bin $(ARGS)

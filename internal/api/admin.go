@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -103,13 +102,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, p Principal
 
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request, _ Principal) error {
 	f := store.AuditFilter{Action: r.URL.Query().Get("action"), TargetID: r.URL.Query().Get("target_id")}
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > 1000 {
-			return errInvalid("limit must be 1..1000")
-		}
-		f.Limit = n
+	n, _, err := queryInt(r, "limit", 1, 1000)
+	if err != nil {
+		return err
 	}
+	f.Limit = n
 	items, err := s.store.ListAudit(r.Context(), f)
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -194,20 +193,16 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, p Principal) erro
 }
 
 func (s *Server) pollTasks(w http.ResponseWriter, r *http.Request, p Principal) error {
-	wait := 30 * time.Second
-	if v := r.URL.Query().Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > maxPollWait {
-			return errInvalid("wait must be a duration up to %s", maxPollWait)
-		}
-		wait = d
+	wait, err := queryDuration(r, "wait", 30*time.Second, maxPollWait)
+	if err != nil {
+		return err
 	}
-	if v := r.URL.Query().Get("max"); v != "" {
+	n, batch, err := queryInt(r, "max", 1, maxPollTasks)
+	if err != nil {
+		return err
+	}
+	if batch {
 		// Batch form: up to max tasks as {"tasks": [envelope, ...]}.
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPollTasks {
-			return errInvalid("max must be an integer 1..%d", maxPollTasks)
-		}
 		envs, err := s.dispatch.PollMany(r.Context(), p.NodeID, wait, n)
 		if err != nil {
 			return err

@@ -141,6 +141,11 @@ func TestAgentEndpointsSecurityMatrix(t *testing.T) {
 			t.Fatalf("poll max=%s = %d, want 400", bad, code)
 		}
 	}
+	for _, bad := range []string{"-1s", "61s", "9999999999h", "30", "%ff"} {
+		if code, _ := call(t, nodeClient, "GET", srv.URL+"/api/v1/agent/tasks?wait="+bad, "", nil); code != 400 {
+			t.Fatalf("poll wait=%s = %d, want 400", bad, code)
+		}
+	}
 	if code, body := call(t, nodeClient, "POST", srv.URL+"/api/v1/agent/heartbeat", "", apiv1.Heartbeat{AgentVersion: "t", Runtime: "sim"}); code != 204 {
 		t.Fatalf("heartbeat = %d %s", code, body)
 	}

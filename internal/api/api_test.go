@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,13 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, store.MigrateForTest)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		os.Exit(m.Run()) // fuzzing runs only the database-free fuzz targets (fuzz_test.go)
+	}
+	os.Exit(pgtest.Main(m, store.MigrateForTest))
+}
 
 type apiBundle struct {
 	t      *testing.T
@@ -30,6 +37,7 @@ type apiBundle struct {
 	tenant string
 	other  string
 	tenID  string
+	dsn    string // the test's database, for tests that compare rows directly
 }
 
 // setup starts the real API over TLS on a fresh database with an admin token.
@@ -37,12 +45,13 @@ func setup(t *testing.T) *apiBundle {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	dsn := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	b := &apiBundle{t: t, st: st, admin: "gpa_test_admin_token_0123456789"}
+	b := &apiBundle{t: t, st: st, admin: "gpa_test_admin_token_0123456789", dsn: dsn}
 	if err := st.InTx(ctx, func(tx *store.Tx) error {
 		_, err := tx.CreateToken(ctx, "test-admin", pki.HashToken(b.admin), "admin", "", nil)
 		return err

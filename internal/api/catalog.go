@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -329,11 +330,9 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request, _ Principal)
 			return err
 		}
 	}
-	if v := q.Get("active"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errInvalid("active must be true or false")
-		}
+	if b, ok, err := queryBool(r, "active"); err != nil {
+		return err
+	} else if ok {
 		f.Active = &b
 	}
 	items, err := s.store.ListImages(r.Context(), f)
@@ -385,6 +384,27 @@ func validateSourceRef(ref string) error {
 	}
 	if len(ref) > maxSourceRef {
 		return errInvalid("source_ref is longer than %d characters", maxSourceRef)
+	}
+	if !plainText(ref) || strings.ContainsAny(ref, " \t") {
+		return errInvalid("source_ref must not hold whitespace or control characters")
+	}
+	// A source names its object plainly: no "." or ".." element, raw or (in a URL) escaped.
+	// URLs are what hosts fetch: http, https, or a local file:///absolute/path.
+	p := ref
+	if strings.Contains(ref, "://") {
+		u, err := url.Parse(ref)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") {
+			return errInvalid("source_ref %q must be an http, https or file URL", ref)
+		}
+		if (u.Scheme == "file") != (u.Host == "") || !strings.HasPrefix(u.Path, "/") || u.User != nil {
+			return errInvalid("source_ref %q: want http(s)://host/path or file:///absolute/path, without credentials", ref)
+		}
+		p = u.Path
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == ".." || seg == "." {
+			return errInvalid("source_ref %q climbs out of its directory", ref)
+		}
 	}
 	return nil
 }
@@ -591,17 +611,13 @@ func (s *Server) patchImage(w http.ResponseWriter, r *http.Request, p Principal)
 // ever referenced (409 otherwise). The response is the image as it is now (retire) or as it
 // was (hard delete).
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request, p Principal) error {
-	hard := false
-	if v := r.URL.Query().Get("hard"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errInvalid("hard must be true or false")
-		}
-		hard = b
+	hard, _, err := queryBool(r, "hard")
+	if err != nil {
+		return err
 	}
 	id := r.PathValue("id")
 	var out apiv1.OSImage
-	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
+	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
 		cur, err := tx.GetImage(r.Context(), id)
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -103,26 +105,39 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads exactly one JSON object, size-limited, rejecting unknown fields.
+// decode reads exactly one JSON value, size-limited, valid UTF-8 (the JSON decoder would
+// silently replace bad bytes), rejecting unknown fields by name.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return errInvalid("Content-Type must be application/json")
 	}
-	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return apiErr(apiv1.CodeTooLarge, fmt.Sprintf("request body exceeds %d bytes", maxBodyBytes), nil)
 		}
+		return errInvalid("reading the request body: %v", err)
+	}
+	return decodeBody(body, v)
+}
+
+// decodeBody is decode after the body is read: the part the fuzzer drives.
+func decodeBody(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		return errInvalid("request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			return errInvalid("request body is empty")
 		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			name, _ := strconv.Unquote(f)
+			return apiErr(apiv1.CodeInvalidRequest, "unknown field "+f, map[string]any{"field": name})
+		}
 		return errInvalid("invalid JSON body: %v", err)
-	}
-	if dec.More() {
-		return errInvalid("request body must hold a single JSON object")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errInvalid("request body must hold a single JSON object")

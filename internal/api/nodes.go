@@ -7,18 +7,17 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 var (
 	nodeNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
 	tagRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	pciRE      = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 )
 
 func (s *Server) present(n apiv1.Node) apiv1.Node {
@@ -174,9 +173,9 @@ func (s *Server) applySlots(w http.ResponseWriter, r *http.Request, p Principal)
 
 func (s *Server) setSlotEnabled(enabled bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
-		idx, err := strconv.Atoi(r.PathValue("index"))
-		if err != nil || idx < 0 {
-			return errInvalid("slot index must be a non-negative integer")
+		idx, err := pathSlotIndex(r)
+		if err != nil {
+			return err
 		}
 		id, err := s.nodeID(r)
 		if err != nil {
@@ -241,16 +240,16 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if p := sp.ParentSlotIndex; p != nil && (*p == i || !indexes[*p]) {
 			return errInvalid("slot %d: parent_slot_index %d must name another slot in the map", i, *p)
 		}
-		if i < 0 || i > 1023 {
-			return errInvalid("slot_index %d out of range 0..1023", i)
+		if i < 0 || i > maxSlotIndex {
+			return errInvalid("slot_index %d out of range 0..%d", i, maxSlotIndex)
 		}
 		if err := dup("slot_index", strconv.Itoa(i), i); err != nil {
 			return err
 		}
-		if !pciRE.MatchString(sp.PCIAddress) {
+		if task.CheckPCIAddress(sp.PCIAddress) != nil {
 			return errInvalid("slot %d: pci_address %q must look like 0000:3c:00.0", i, sp.PCIAddress)
 		}
-		if sp.NVMeDevice == "" || !strings.HasPrefix(sp.NVMeDevice, "/dev/disk/by-id/") || strings.Contains(sp.NVMeDevice, "..") {
+		if task.CheckByIDPath(sp.NVMeDevice) != nil {
 			return errInvalid("slot %d: nvme_device must be a stable /dev/disk/by-id/ path, never /dev/nvmeXnY (got %q)", i, sp.NVMeDevice)
 		}
 		if !macRE.MatchString(sp.MACAddress) {
@@ -259,7 +258,7 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if ip := net.ParseIP(sp.PrivateIP); ip == nil || ip.To4() == nil {
 			return errInvalid("slot %d: private_ip %q must be an IPv4 address", i, sp.PrivateIP)
 		}
-		if sp.FabricPCIAddress != "" && !pciRE.MatchString(sp.FabricPCIAddress) {
+		if sp.FabricPCIAddress != "" && task.CheckPCIAddress(sp.FabricPCIAddress) != nil {
 			return errInvalid("slot %d: fabric_pci_address %q is not a PCI address", i, sp.FabricPCIAddress)
 		}
 		if sp.NUMANode != nil && (*sp.NUMANode < 0 || *sp.NUMANode > 63) {
@@ -296,7 +295,7 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 			}
 		}
 		vf, _ := md["fabric_vf_pci_address"].(string)
-		if vf != "" && !pciRE.MatchString(vf) {
+		if vf != "" && task.CheckPCIAddress(vf) != nil {
 			return errInvalid("slot %d: capacity_metadata.fabric_vf_pci_address %q is not a PCI address", i, vf)
 		}
 		for field, v := range map[string]string{"pci_address": sp.PCIAddress, "nvme_device": sp.NVMeDevice,

@@ -155,6 +155,9 @@ func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
 			}
 		}
 		if err == nil {
+			err = checkRequestText(r)
+		}
+		if err == nil {
 			err = h(rec, r, p)
 		}
 		if err != nil {

@@ -184,8 +184,8 @@ func (s *Server) storageTransition(w http.ResponseWriter, r *http.Request, p Pri
 		return errInvalid("devices: name 1..64 raw devices")
 	}
 	for _, d := range req.Devices {
-		if len(d) > 256 || len(d) < 6 || d[:5] != "/dev/" {
-			return errInvalid("device %q must be a /dev path (prefer /dev/disk/by-id)", d)
+		if err := task.CheckDevicePath(d); err != nil {
+			return errInvalid("%v", err)
 		}
 	}
 	n, err := s.store.GetNode(r.Context(), r.PathValue("id"))
@@ -218,6 +218,10 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
+	idx, err := pathSlotIndex(r)
+	if err != nil {
+		return err
+	}
 	id, err := s.nodeID(r)
 	if err != nil {
 		return err
@@ -228,12 +232,12 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	}
 	var slot *apiv1.Slot
 	for i := range slots {
-		if fmt.Sprint(slots[i].SlotIndex) == r.PathValue("index") {
+		if slots[i].SlotIndex == idx {
 			slot = &slots[i]
 		}
 	}
 	if slot == nil {
-		return errNotFound("no slot " + r.PathValue("index") + " on this node")
+		return errNotFound(fmt.Sprintf("no slot %d on this node", idx))
 	}
 	if slot.Status != "cleanup_blocked" && slot.Status != "failed" {
 		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots take a repair wipe", slot.SlotIndex, slot.Status), nil)

@@ -75,6 +75,10 @@ var (
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 	idRE       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	// urlRE: the telemetry URL lands in a file the guest helper sources with sh, so only
+	// characters that are inert unquoted in a shell assignment.
+	urlRE    = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/?=%@+,\[\]-]+$`)
+	markerRE = regexp.MustCompile(`^(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$`)
 )
 
 // Validate checks every field that ends up in the seed.
@@ -108,9 +112,12 @@ func (s Seed) Validate() error {
 	}
 	if s.TelemetryURL != "" {
 		u, err := url.Parse(s.TelemetryURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(s.TelemetryURL, " \n\r'\"$`\\") {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !urlRE.MatchString(s.TelemetryURL) {
 			return fmt.Errorf("cloudinit: telemetry URL %q is not a plain http(s) URL", s.TelemetryURL)
 		}
+	}
+	if s.ReadyMarker != "" && (!markerRE.MatchString(s.ReadyMarker) || strings.Contains(s.ReadyMarker, "..")) {
+		return fmt.Errorf("cloudinit: ready marker %q must be a plain absolute path", s.ReadyMarker)
 	}
 	if s.GuestDriverProfile != "" {
 		if _, ok := DriverProfiles[s.GuestDriverProfile]; !ok {

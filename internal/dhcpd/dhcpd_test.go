@@ -23,7 +23,7 @@ func newServer(t *testing.T, state string) *Server {
 	return s
 }
 
-func discover(t *testing.T, mac string, mt dhcpv4.MessageType, requested net.IP) *dhcpv4.DHCPv4 {
+func discover(t testing.TB, mac string, mt dhcpv4.MessageType, requested net.IP) *dhcpv4.DHCPv4 {
 	t.Helper()
 	hw, _ := net.ParseMAC(mac)
 	mods := []dhcpv4.Modifier{dhcpv4.WithMessageType(mt)}

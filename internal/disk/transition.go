@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // TransitionOptions selects the devices to hand from host/share use to slice ownership.
@@ -56,19 +58,27 @@ var osMounts = map[string]bool{"/": true, "/boot": true, "/boot/efi": true, "/us
 type mountEntry struct{ src, resolved, target string }
 
 func (w Wiper) resolveDev(p string) string {
+	if r, ok := w.resolveExisting(p); ok {
+		return r
+	}
+	return p
+}
+
+// resolveExisting is the host path p resolves to, and whether it exists inside the root.
+func (w Wiper) resolveExisting(p string) (string, bool) {
 	full, err := w.FS.Path(p)
 	if err != nil {
-		return p
+		return "", false
 	}
 	r, err := filepath.EvalSymlinks(full)
 	if err != nil {
-		return p
+		return "", false
 	}
 	rel, err := filepath.Rel(w.FS.Root, r)
-	if err != nil {
-		return p
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
 	}
-	return "/" + rel
+	return "/" + rel, true
 }
 
 func (w Wiper) mountTable() ([]mountEntry, error) {
@@ -154,8 +164,10 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 				}
 			}
 		}
-		if p.Refused == "" && !strings.HasPrefix(p.Resolved, "/dev/") {
-			p.Refused = fmt.Sprintf("%s does not resolve to a device", d)
+		// A name that is not a plain /dev path, or that names nothing here, is refused before
+		// anything is touched: an fstab line must never be commented out for it.
+		if r, ok := w.resolveExisting(d); p.Refused == "" && (task.CheckDevicePath(d) != nil || !ok || !strings.HasPrefix(r, "/dev/")) {
+			p.Refused = fmt.Sprintf("%q does not resolve to a device on this host", d)
 		}
 		if p.Refused != "" {
 			refused = true

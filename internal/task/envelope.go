@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Envelope carries one signed task.
@@ -37,6 +38,13 @@ type signed struct {
 // canonical form (object keys sorted, no insignificant space, numbers kept verbatim), so both
 // sides produce the same bytes for the same task however the payload was re-encoded.
 func (e *Envelope) CanonicalBytes() ([]byte, error) {
+	// JSON replaces invalid UTF-8, so such a field would not survive the trip to the host
+	// byte for byte: it is never signed (the fuzzer found a task id that was).
+	for _, f := range []string{e.TaskID, e.NodeID, string(e.Type)} {
+		if !utf8.ValidString(f) {
+			return nil, fmt.Errorf("task id, node id and type must be valid UTF-8")
+		}
+	}
 	payload, err := canonicalJSON(e.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("task payload is not JSON: %w", err)
@@ -133,11 +141,12 @@ func (v *Verifier) Verify(e *Envelope) (any, error) {
 		now = v.Now()
 	}
 	if now.After(e.NotAfter.Add(v.Skew)) {
-		return nil, refuse(RefuseExpired, "task %s expired at %s (now %s)", e.TaskID, e.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		return nil, refuse(RefuseExpired, "task %s expired at %s (now %s): %s past expiry, beyond the %s clock-skew tolerance", e.TaskID,
+			e.NotAfter.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano), now.Sub(e.NotAfter), v.Skew)
 	}
 	if e.IssuedAt.After(now.Add(v.Skew)) {
-		return nil, refuse(RefuseNotYetValid, "task %s issued at %s is in the future (now %s): clock skew beyond %s", e.TaskID,
-			e.IssuedAt.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), v.Skew)
+		return nil, refuse(RefuseNotYetValid, "task %s issued at %s is %s ahead of this host's clock (now %s), beyond the %s clock-skew tolerance", e.TaskID,
+			e.IssuedAt.UTC().Format(time.RFC3339Nano), e.IssuedAt.Sub(now), now.UTC().Format(time.RFC3339Nano), v.Skew)
 	}
 	if !Known(e.Type) {
 		return nil, refuse(RefuseUnknownType, "task type %q is not supported by this host", e.Type)
@@ -145,6 +154,11 @@ func (v *Verifier) Verify(e *Envelope) (any, error) {
 	payload, err := DecodePayload(e.Type, e.Payload)
 	if err != nil {
 		return nil, refuse(RefuseBadPayload, "%v", err)
+	}
+	if c, ok := payload.(checker); ok {
+		if err := c.check(); err != nil {
+			return nil, refuse(RefuseBadPayload, "%s payload: %v", e.Type, err)
+		}
 	}
 	if v.Replay != nil {
 		done, err := v.Replay.Completed(e.TaskID)

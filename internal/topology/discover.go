@@ -6,14 +6,21 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 const pciDevs = "/sys/bus/pci/devices"
+
+// pciAddrRE is a PCI function address as sysfs names it (domains beyond 0xffff exist, e.g.
+// VMD). Names and link targets that are not addresses are never trusted as devices: they
+// would end up in sysfs paths and slot maps.
+var pciAddrRE = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
 // Vendor ids.
 const (
@@ -50,6 +57,14 @@ func (s *scanner) numa(dir string) *int {
 	return &n
 }
 
+// pciLink is the PCI address a sysfs link points at, "" when it names none.
+func (s *scanner) pciLink(p string) string {
+	if a := s.fs.LinkBase(p); pciAddrRE.MatchString(a) {
+		return a
+	}
+	return ""
+}
+
 func (s *scanner) driver(dir string) string {
 	if d := s.fs.LinkBase(dir + "/driver"); d != "" {
 		return d
@@ -68,6 +83,10 @@ func Discover(fs hostfs.FS) (*Report, error) {
 	vfOf := map[string]bool{}
 	for _, e := range entries {
 		addr := e.Name()
+		if !pciAddrRE.MatchString(addr) {
+			s.warn = append(s.warn, fmt.Sprintf("%s/%q is not a PCI address: ignored", pciDevs, addr))
+			continue
+		}
 		dir := pciDevs + "/" + addr
 		vendor, class := s.read(dir+"/vendor"), s.read(dir+"/class")
 		switch {
@@ -95,7 +114,7 @@ func (s *scanner) gpu(addr, dir, vendor string) GPU {
 	g := GPU{PCIAddress: addr, VendorID: vendor, DeviceID: dev, NUMANode: s.numa(dir), LocalCPUs: s.read(dir + "/local_cpulist"),
 		Driver: s.driver(dir), Model: s.model(vendor, dev)}
 	if grp := s.fs.LinkBase(dir + "/iommu_group"); grp != "" {
-		if n, err := strconv.Atoi(grp); err == nil {
+		if n, err := strconv.Atoi(grp); err == nil && n >= 0 {
 			g.IOMMUGroup = &n
 			peers, _ := s.fs.ReadDir("/sys/kernel/iommu_groups/" + grp + "/devices")
 			for _, p := range peers {
@@ -128,7 +147,7 @@ func (s *scanner) fabric(addr, dir string) Fabric {
 	links, _ := s.fs.Glob(dir + "/virtfn*")
 	sort.Slice(links, func(i, j int) bool { return vfIndex(links[i]) < vfIndex(links[j]) })
 	for _, l := range links {
-		if vf := s.fs.LinkBase(l); vf != "" {
+		if vf := s.pciLink(l); vf != "" {
 			f.VFs = append(f.VFs, vf)
 			f.VFDrivers = append(f.VFDrivers, s.driver(pciDevs+"/"+vf))
 		}
@@ -150,7 +169,7 @@ func (s *scanner) rdma(fab []Fabric) {
 	}
 	for _, d := range devs {
 		base := "/sys/class/infiniband/" + d.Name()
-		f, ok := byPCI[s.fs.LinkBase(base+"/device")]
+		f, ok := byPCI[s.pciLink(base+"/device")]
 		if !ok {
 			continue
 		}
@@ -182,7 +201,7 @@ func (s *scanner) nvme() []NVMe {
 		ns := path.Base(b)
 		ctrl := ns[:strings.LastIndex(ns, "n")]
 		cdir := "/sys/class/nvme/" + ctrl
-		pci := s.fs.LinkBase(cdir + "/device")
+		pci := s.pciLink(cdir + "/device")
 		n := NVMe{Controller: ctrl, Namespace: ns, PCIAddress: pci, ByID: byID[ns]}
 		if pci != "" {
 			n.NUMANode = s.numa(pciDevs + "/" + pci)
@@ -253,7 +272,7 @@ func (s *scanner) byID() map[string]string {
 	best := map[string]string{}
 	for _, l := range links {
 		name := l.Name()
-		if strings.Contains(name, "-part") || rank(name) == 9 {
+		if strings.Contains(name, "-part") || rank(name) == 9 || task.CheckByIDPath("/dev/disk/by-id/"+name) != nil {
 			continue
 		}
 		target := s.fs.LinkBase("/dev/disk/by-id/" + name)
@@ -319,7 +338,7 @@ func (s *scanner) netdevs() []NetDev {
 			continue
 		}
 		base := "/sys/class/net/" + d.Name()
-		out = append(out, NetDev{Name: d.Name(), MAC: s.read(base + "/address"), PCIAddress: s.fs.LinkBase(base + "/device")})
+		out = append(out, NetDev{Name: d.Name(), MAC: s.read(base + "/address"), PCIAddress: s.pciLink(base + "/device")})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
