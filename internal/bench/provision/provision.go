@@ -47,7 +47,6 @@ type Fleet struct {
 	env    *benchenv.Env
 	bin    string
 	admin  *client.Client
-	ctlEnv []string
 	hosts  []*host
 	image  string
 	opts   Options
@@ -110,8 +109,7 @@ func StartWith(ctx context.Context, env *benchenv.Env, bin string, o Options) (*
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{env: env, bin: bin, admin: admin, opts: o,
-		ctlEnv: append(os.Environ(), "GPUAAS_SERVER="+env.Server, "GPUAAS_CA_FILE="+env.CAFile, "GPUAAS_TOKEN_FILE="+tokFile, "NO_COLOR=1")}
+	f := &Fleet{env: env, bin: bin, admin: admin, opts: o}
 	if err := f.registerImage(ctx); err != nil {
 		return nil, err
 	}
@@ -276,12 +274,31 @@ func (f *Fleet) approve(ctx context.Context, name string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, args := range [][]string{{"topology", "discover", name, "--wait"}, {"slots", "approve", name, "--all-ready", "--yes"}} {
-		cmd := exec.CommandContext(ctx, filepath.Join(f.bin, "gpuaasctl"), args...)
-		cmd.Env = f.ctlEnv
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("gpuaasctl %v: %v\n%s", args, err, out)
+	// The same calls as `gpuaasctl topology discover --wait` and `slots approve --all-ready`,
+	// made in process: 200 hosts are 400 fewer processes to start on a 2-core machine.
+	d, err := f.admin.DiscoverTopology(ctx, name)
+	if err != nil {
+		return fmt.Errorf("discover: %w", err)
+	}
+	for d.Status != "succeeded" {
+		switch d.Status {
+		case "failed", "refused", "expired":
+			return fmt.Errorf("discovery %s: %s", d.Status, d.Error)
 		}
+		if time.Now().After(deadline.Add(2 * time.Minute)) {
+			return fmt.Errorf("discovery still %s", d.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if d, err = f.admin.GetTopology(ctx, name); err != nil {
+			return fmt.Errorf("discover: %w", err)
+		}
+	}
+	res, err := f.admin.ApproveSlots(ctx, name, apiv1.SlotApprove{AllReady: true})
+	if err != nil {
+		return fmt.Errorf("approve: %w", err)
+	}
+	if res == nil || len(res.Changes) == 0 {
+		return fmt.Errorf("approve: no ready candidate slots")
 	}
 	return nil
 }
