@@ -10,7 +10,7 @@ RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./inte
 TEST_FLAGS ?= -count=1 -timeout 20m
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab bench lint completions deps clean
+.PHONY: install release bench-quick all build test test-race test-rest demo lab bench soak lint completions deps clean
 
 all: build
 
@@ -38,7 +38,8 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent)(/|$$)')
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent|soak)(/|$$)')
+	SOAK_REPORT=$(CURDIR)/bin/soak $(GO) test $(TEST_FLAGS) -v ./internal/soak
 
 demo: deps build
 	$(GO) run ./internal/demo --bin bin $(ARGS)
@@ -58,6 +59,14 @@ bench: deps build
 # bench-quick is the day-to-day subset (< 3 minutes): smaller fleets, shorter runs.
 bench-quick: deps build
 	$(GO) run ./internal/bench/report --quick --bin bin --out bench $(BENCH_ARGS)
+
+# soak is the long load soak (docs/soak.md): 64 HTTPS clients, 200 enrolled sim hostd
+# processes, random kill -9 of hostd, SQL invariants throughout; report in soak/ (JSON +
+# text). `make test` runs the same soak for 90 s. SOAK_DURATION=2h make soak for longer.
+SOAK_DURATION ?= 30m
+soak: deps build
+	@mkdir -p soak
+	set -o pipefail; SOAK_BIN=$(CURDIR)/bin SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/soak $(GO) test -count=1 -timeout 0 -v -run 'TestSoak$$' ./internal/soak | tee soak/soak.log
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

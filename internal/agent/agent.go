@@ -350,6 +350,16 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Error("task verification failed", "err", err)
 		return // retried on redelivery
 	default:
+		if err := a.spool.Writable(); err != nil {
+			// A host that cannot record what it did starts nothing: its result could not be
+			// kept, nor its completion (a redelivery could run it twice). The controller is
+			// told why; the slots wait for a verified wipe.
+			log.Error("state dir not writable; task not started", "err", err)
+			a.m.tasks.WithLabelValues(string(env.Type), "failed").Inc()
+			res.Status, res.Reason, res.Error, res.Phases = "failed", ReasonStateUnwritable, ReasonStateUnwritable+": "+err.Error(), []task.Phase{}
+			a.deliver(ctx, res)
+			return
+		}
 		log.Info("task started")
 		start := time.Now()
 		res = a.run(ctx, env, payload)
@@ -358,7 +368,9 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Info("task finished", "status", res.Status, "error", res.Error)
 	}
 	if err := a.spool.Put(res); err != nil {
-		log.Error("cannot spool result; the task will be redelivered", "err", err)
+		// Not kept: deliver it now; if that fails too, the task is redelivered.
+		log.Error("cannot spool result; delivering it directly", "err", err)
+		a.deliver(ctx, res)
 		return
 	}
 	if err := a.replay.MarkCompleted(env.TaskID); err != nil {
@@ -527,6 +539,24 @@ func (a *Agent) sendLoop(ctx context.Context) {
 		case <-retry.C:
 		}
 		a.sendPending(ctx)
+	}
+}
+
+// ReasonStateUnwritable is a task result's reason when hostd's state dir cannot be written
+// (full or read-only): the task was not started.
+const ReasonStateUnwritable = "host_state_unwritable"
+
+// deliver sends one result that is not in the spool (best effort: an unacknowledged task is
+// redelivered when its lease ends).
+func (a *Agent) deliver(ctx context.Context, r task.Result) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, data, err := a.do(dctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+	switch {
+	case err != nil:
+		a.log.Warn("unspooled result not delivered; the task will be redelivered", "task", r.TaskID, "err", err)
+	case resp.StatusCode >= 300:
+		a.log.Warn("unspooled result refused", "task", r.TaskID, "err", apiError(resp, data))
 	}
 }
 

@@ -147,7 +147,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.SetupSeconds = time.Since(start).Seconds()
 	o.Logf("soak: %d hosts enrolled in %.0fs; %d clients for %s, a hostd kill -9 every ~%s", o.Hosts, rep.SetupSeconds, o.Clients, o.Duration, o.KillEvery)
 
-	s := &run{o: o, env: env, fleet: fleet, rep: rep, rng: rand.New(rand.NewPCG(o.Seed, o.Seed>>1)), seen: map[string]bool{}}
+	s := &run{o: o, env: env, fleet: fleet, rep: rep, rng: rand.New(rand.NewPCG(o.Seed, o.Seed>>1)), seen: map[string]bool{}, down: map[int]bool{}}
 	if err := s.load(ctx); err != nil {
 		return rep, err
 	}
@@ -164,6 +164,7 @@ type run struct {
 	rep     *Report
 	rng     *rand.Rand
 	seen    map[string]bool // violations already recorded
+	down    map[int]bool    // hosts the killer has taken down on purpose
 	actives []time.Duration
 }
 
@@ -212,8 +213,9 @@ func (s *run) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bgDone.Add(2)
+	bgDone.Add(3)
 	go func() { defer bgDone.Done(); s.checker(bg) }()
+	go func() { defer bgDone.Done(); s.watchdog(bg) }()
 	go func() { defer bgDone.Done(); mon.sample(bg, s.o.Duration/5) }()
 	killDone := make(chan struct{})
 	go func() { defer close(killDone); s.killer(loadCtx) }()
@@ -317,9 +319,11 @@ func (s *run) killer(ctx context.Context) {
 				i, busy = j, true
 			}
 		}
+		s.mu.Lock()
+		s.down[i] = true
+		s.mu.Unlock()
 		if err := s.fleet.Kill(i); err != nil {
 			s.violate([]string{"soak harness: " + err.Error()})
-			continue
 		}
 		s.mu.Lock()
 		s.rep.Kills++
@@ -335,6 +339,35 @@ func (s *run) killer(ctx context.Context) {
 		if err := s.fleet.Restart(i); err != nil {
 			s.violate([]string{"soak harness: restart: " + err.Error()})
 		}
+		s.mu.Lock()
+		delete(s.down, i)
+		s.mu.Unlock()
+	}
+}
+
+// watchdog restarts, as systemd would, a hostd that exited without being killed, and
+// records it as a violation: a crash (its log says why) is a bug even when nothing is lost.
+func (s *run) watchdog(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i := 0; i < s.fleet.Len(); i++ {
+			s.mu.Lock()
+			planned := s.down[i]
+			s.mu.Unlock()
+			if planned || s.fleet.Running(i) {
+				continue
+			}
+			s.violate([]string{fmt.Sprintf("hostd %s exited by itself (crash; see %s)", s.fleet.Name(i), s.fleet.Log(i))})
+			if err := s.fleet.Restart(i); err != nil && ctx.Err() == nil {
+				s.violate([]string{"soak harness: restart: " + err.Error()})
+			}
+		}
 	}
 }
 
@@ -342,14 +375,7 @@ func (s *run) killer(ctx context.Context) {
 // runtime's wipe always verifies, so a slot left elsewhere is work that was lost), then
 // records anything still unsettled as a violation.
 func (s *run) settle(ctx context.Context) error {
-	for i := 0; i < s.fleet.Len(); i++ {
-		if !s.fleet.Running(i) {
-			if err := s.fleet.Restart(i); err != nil {
-				return err
-			}
-		}
-	}
-	deadline := time.Now().Add(settleTimeout)
+	deadline := time.Now().Add(settleTimeout) // the killer has restarted its last host; the watchdog restarts crashed ones
 	for {
 		moving, err := s.env.Int(ctx, `SELECT count(*) FROM allocations WHERE status IN ('requested', 'provisioning', 'releasing')`)
 		if err != nil {

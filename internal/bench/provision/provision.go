@@ -44,20 +44,20 @@ type Result struct {
 
 // Fleet is a set of enrolled sim hosts with approved slots.
 type Fleet struct {
-	env    *benchenv.Env
-	bin    string
-	admin  *client.Client
-	hosts  []*host
-	image  string
-	opts   Options
+	env   *benchenv.Env
+	bin   string
+	admin *client.Client
+	hosts []*host
+	image string
+	opts  Options
 }
 
 // host is one enrolled gpuaas-hostd: its config (identity included) survives a restart.
 type host struct {
-	name, cfg, log string
-	mu             sync.Mutex
-	cmd            *exec.Cmd
-	exited         chan struct{} // closed once cmd has been waited for
+	name, dir, cfg, log string
+	mu                  sync.Mutex
+	cmd                 *exec.Cmd
+	exited              chan struct{} // closed once cmd has been waited for
 }
 
 const simPhaseDelay = 20 * time.Millisecond
@@ -119,14 +119,14 @@ func StartWith(ctx context.Context, env *benchenv.Env, bin string, o Options) (*
 	var wg sync.WaitGroup
 	for i := range f.hosts {
 		name := fmt.Sprintf("%s-%03d", o.Prefix, i)
-		h := &host{name: name}
+		h := &host{name: name, dir: filepath.Join(env.Dir, "hosts", name)}
 		f.hosts[i] = h
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := f.enroll(ctx, h, filepath.Join(env.Dir, "hosts", name))
+			err := f.enroll(ctx, h, h.dir)
 			if err == nil {
 				err = f.approve(ctx, name)
 			}
@@ -154,6 +154,12 @@ func (f *Fleet) Len() int { return len(f.hosts) }
 
 // Name is host i's node name.
 func (f *Fleet) Name(i int) string { return f.hosts[i].name }
+
+// StateDir is host i's hostd state directory (spool, completed tasks).
+func (f *Fleet) StateDir(i int) string { return filepath.Join(f.hosts[i].dir, "state") }
+
+// Log is host i's hostd log file.
+func (f *Fleet) Log(i int) string { return f.hosts[i].log }
 
 // Kill ends host i's gpuaas-hostd with SIGKILL (no chance to finish or spool anything) and
 // waits until it has exited.
