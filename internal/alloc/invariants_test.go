@@ -36,7 +36,9 @@ func TestInvariantsCatchInconsistentClaimsSlotsAndDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A slot moved without its claim (reserved -> provisioning is a legal slot transition).
-	b.tx(func(tx *store.Tx) error { return tx.SetSlotStatus(b.ctx, full.Claims[0].SlotID, "provisioning", "", nil) })
+	b.tx(func(tx *store.Tx) error {
+		return tx.SetSlotStatus(b.ctx, full.Claims[0].SlotID, "provisioning", "", nil)
+	})
 	if v := within(store.Deadlines{}); !strings.Contains(v, "slot whose state disagrees with its live claim: "+full.Claims[0].SlotID+" slot provisioning, claim reserved") {
 		t.Fatalf("slot/claim mismatch not reported:\n%s", v)
 	}

@@ -57,7 +57,9 @@ func (o *Options) defaults() {
 		o.Logf = func(string, ...any) {}
 	}
 	logf, t0 := o.Logf, time.Now()
-	o.Logf = func(format string, args ...any) { logf("[%5.1fs] "+format, append([]any{time.Since(t0).Seconds()}, args...)...) }
+	o.Logf = func(format string, args ...any) {
+		logf("[%5.1fs] "+format, append([]any{time.Since(t0).Seconds()}, args...)...)
+	}
 }
 
 // Controller settings the soak runs under: a killed host's task is redelivered after
