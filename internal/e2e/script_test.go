@@ -91,6 +91,8 @@ func TestScripts(t *testing.T) {
 			"labimage":         labImage,
 			"waitslots":        waitSlots,
 			"labmount":         labMount,
+			"libvirtrelay":     libvirtRelay,
+			"libvirtdown":      libvirtDown,
 			"waitunauthorized": waitUnauthorized,
 			"tmuxstart":        tmuxStart,
 			"tmuxkeys":         tmuxKeys,

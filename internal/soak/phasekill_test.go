@@ -171,6 +171,7 @@ func (k *killer) killIn(id, typ string, phases []string, idx int) {
 		t.Errorf("kill: %v", err)
 		return
 	}
+	t.Logf("%s: kill -9 in %s phase %d/%d %s (%d finished)", a.NodeName, typ, idx+1, len(phases), phases[idx], idx)
 	if err := k.fleet.Restart(host); err != nil {
 		t.Errorf("restart: %v", err)
 	}
