@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // libvirtSocket is where libvirtd listens (.ci/run starts it).
@@ -98,4 +104,50 @@ func libvirtDown(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("libvirtdown: no libvirtrelay in this script")
 	}
 	r.stop()
+}
+
+// waitPhase waits until the allocation's slice.vm_provision task, on the given attempt, has
+// reported PHASE finished (the next phase is running or about to), so a kill lands after it. Usage: waitphase ALLOC PHASE ATTEMPT [timeout]
+func waitPhase(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: waitphase ALLOC PHASE ATTEMPT [timeout]")
+	}
+	attempt, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	timeout := 5 * time.Minute
+	if len(args) == 4 {
+		timeout, err = time.ParseDuration(args[3])
+		ts.Check(err)
+	}
+	c := scriptClient(ts)
+	ctx := context.Background()
+	deadline := time.Now().Add(timeout)
+	last := "no task"
+	for time.Now().Before(deadline) {
+		tasks, err := c.ListTasks(ctx, "", args[0])
+		ts.Check(err)
+		for _, t := range tasks {
+			if t.Type != string(task.TypeVMProvision) {
+				continue
+			}
+			full, err := c.GetTask(ctx, t.ID)
+			ts.Check(err)
+			now := fmt.Sprintf("task %s attempt %d, %d phases", full.Status, full.Attempt, len(full.Phases))
+			if now != last {
+				ts.Logf("waitphase %s: %s", args[0], now)
+			}
+			last = now
+			if full.Status != "queued" && full.Status != "leased" || full.Attempt > attempt {
+				ts.Fatalf("waitphase %s: the task moved on before %s of attempt %d (%s)", args[0], args[1], attempt, last)
+			}
+			for _, p := range full.Phases {
+				if full.Attempt == attempt && p.Name == args[1] && p.Status != "running" {
+					ts.Logf("%s: %s %s on attempt %d (%s)", args[0], args[1], p.Status, attempt, p.Detail)
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // progress poll; the deadline bounds it
+	}
+	ts.Fatalf("waitphase %s %s attempt %d: not reached in %s (%s)", args[0], args[1], attempt, timeout, last)
 }

@@ -93,6 +93,7 @@ func TestScripts(t *testing.T) {
 			"labmount":         labMount,
 			"libvirtrelay":     libvirtRelay,
 			"libvirtdown":      libvirtDown,
+			"waitphase":        waitPhase,
 			"waitunauthorized": waitUnauthorized,
 			"tmuxstart":        tmuxStart,
 			"tmuxkeys":         tmuxKeys,
