@@ -47,19 +47,13 @@ func newMonitor(env *benchenv.Env) (*monitor, error) {
 // baseline; samples in the last fifth of the load are the final figures.
 func (m *monitor) sample(ctx context.Context, warmup time.Duration) {
 	start := time.Now()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 2*time.Second, func() {
 		s, err := m.scrape(ctx)
 		if err != nil {
-			continue // counted as missing samples in the verdict
+			return // counted as missing samples in the verdict
 		}
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		m.n++
 		m.max.goroutines = max(m.max.goroutines, s.goroutines)
 		m.max.rss = max(m.max.rss, s.rss)
@@ -73,8 +67,7 @@ func (m *monitor) sample(ctx context.Context, warmup time.Duration) {
 				m.final = m.final[1:]
 			}
 		}
-		m.mu.Unlock()
-	}
+	})
 }
 
 // endLoad freezes the final figures: what follows is the drain, not the load.

@@ -267,12 +267,12 @@ func (s *run) load(ctx context.Context) error {
 	return serr
 }
 
-// checker runs the SQL invariants every two seconds until ctx ends.
-func (s *run) checker(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
+// every calls fn at once and then every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
-		s.checkOnce(ctx)
+		fn()
 		select {
 		case <-ctx.Done():
 			return
@@ -280,6 +280,9 @@ func (s *run) checker(ctx context.Context) {
 		}
 	}
 }
+
+// checker runs the SQL invariants every two seconds until ctx ends.
+func (s *run) checker(ctx context.Context) { every(ctx, 2*time.Second, func() { s.checkOnce(ctx) }) }
 
 func (s *run) checkOnce(ctx context.Context) {
 	v, err := s.env.Store.InvariantsWithin(ctx, store.Deadlines{Provision: provisionTTL + reapSlack, Release: releaseBound})
@@ -350,14 +353,7 @@ func (s *run) killer(ctx context.Context) {
 // watchdog restarts, as systemd would, a hostd that exited without being killed, and
 // records it as a violation: a crash (its log says why) is a bug even when nothing is lost.
 func (s *run) watchdog(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		for i := 0; i < s.fleet.Len(); i++ {
 			s.mu.Lock()
 			planned := s.down[i]
@@ -370,7 +366,7 @@ func (s *run) watchdog(ctx context.Context) {
 				s.violate([]string{"soak harness: restart: " + err.Error()})
 			}
 		}
-	}
+	})
 }
 
 // settle waits until no allocation is in motion and every slot is available again (the sim
