@@ -17,7 +17,7 @@ import (
 
 // phaseDelay makes each simulated phase long enough to be seen (progress is reported at
 // most every 250 ms) and killed in.
-const phaseDelay = 800 * time.Millisecond
+const phaseDelay = time.Second
 
 // TestKillHostdInEachPhase kills gpuaas-hostd with SIGKILL in each of the 17 provisioning
 // phases and each of the 7 release phases, one host per phase, all at once (sim runtime:
