@@ -350,10 +350,10 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Error("task verification failed", "err", err)
 		return // retried on redelivery
 	default:
-		if err := a.spool.Writable(); err != nil {
-			// A host that cannot record what it did starts nothing: its result could not be
-			// kept, nor its completion (a redelivery could run it twice). The controller is
-			// told why; the slots wait for a verified wipe.
+		if err := a.spool.Writable(); err != nil && changesHost(env.Type) {
+			// A host that cannot record what it did changes nothing: its result could not
+			// be kept, nor its completion (a redelivery could run it twice). The controller
+			// is told why; the slots wait for a verified wipe. Read-only tasks still run.
 			log.Error("state dir not writable; task not started", "err", err)
 			a.m.tasks.WithLabelValues(string(env.Type), "failed").Inc()
 			res.Status, res.Reason, res.Error, res.Phases = "failed", ReasonStateUnwritable, ReasonStateUnwritable+": "+err.Error(), []task.Phase{}
@@ -540,6 +540,16 @@ func (a *Agent) sendLoop(ctx context.Context) {
 		}
 		a.sendPending(ctx)
 	}
+}
+
+// changesHost reports whether a task type writes to the host (VMs, disks): those are not
+// started while the state dir cannot record their outcome.
+func changesHost(t task.Type) bool {
+	switch t {
+	case task.TypeVMProvision, task.TypeVMRelease, task.TypeStorageTransit, task.TypeWipeVerify:
+		return true
+	}
+	return false
 }
 
 // ReasonStateUnwritable is a task result's reason when hostd's state dir cannot be written
