@@ -350,7 +350,7 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Error("task verification failed", "err", err)
 		return // retried on redelivery
 	default:
-		if err := a.spool.Writable(); err != nil && changesHost(env.Type) {
+		if err := a.writableFor(env.Type); err != nil {
 			// A host that cannot record what it did changes nothing: its result could not
 			// be kept, nor its completion (a redelivery could run it twice). The controller
 			// is told why; the slots wait for a verified wipe. Read-only tasks still run.
@@ -540,6 +540,15 @@ func (a *Agent) sendLoop(ctx context.Context) {
 		}
 		a.sendPending(ctx)
 	}
+}
+
+// writableFor checks the state dir can take the result of a task of type t, when t is one
+// that changes the host.
+func (a *Agent) writableFor(t task.Type) error {
+	if !changesHost(t) {
+		return nil
+	}
+	return a.spool.Writable()
 }
 
 // changesHost reports whether a task type writes to the host (VMs, disks): those are not
