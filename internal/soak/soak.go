@@ -22,6 +22,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 	"github.com/gpuaas/gpuaas/internal/bench/fanout"
 	"github.com/gpuaas/gpuaas/internal/bench/provision"
+	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -206,33 +207,35 @@ func (s *run) intn(n int) int {
 // load runs the clients, the killer, the checker and the sampler for the duration, then
 // lets the clients finish their cycles and waits for the fleet to settle.
 func (s *run) load(ctx context.Context) error {
-	loadCtx, stopLoad := context.WithTimeout(ctx, s.o.Duration)
-	defer stopLoad()
-	bg, stopBG := context.WithCancel(ctx)
-	defer stopBG()
-	var bgDone sync.WaitGroup
 	mon, err := newMonitor(s.env)
 	if err != nil {
 		return err
 	}
-	bgDone.Add(3)
+	clients := make([]*client.Client, s.o.Clients)
+	for i := range clients {
+		if clients[i], err = s.env.Client(); err != nil {
+			return err
+		}
+	}
+	loadCtx, stopLoad := context.WithTimeout(ctx, s.o.Duration)
+	defer stopLoad()
+	bg, stopBG := context.WithCancel(ctx)
+	var bgDone sync.WaitGroup
+	defer func() { stopBG(); bgDone.Wait() }() // nothing logs after the test returns
+	bgDone.Add(4)
 	go func() { defer bgDone.Done(); s.checker(bg) }()
 	go func() { defer bgDone.Done(); s.watchdog(bg) }()
 	go func() { defer bgDone.Done(); mon.sample(bg, s.o.Duration/5) }()
 	killDone := make(chan struct{})
-	go func() { defer close(killDone); s.killer(loadCtx) }()
+	go func() { defer bgDone.Done(); defer close(killDone); s.killer(loadCtx) }()
 
 	began := time.Now()
-	var clients sync.WaitGroup
+	var running sync.WaitGroup
 	errs := make(chan error, s.o.Clients)
-	for i := 0; i < s.o.Clients; i++ {
-		c, err := s.env.Client()
-		if err != nil {
-			return err
-		}
-		clients.Add(1)
+	for i, c := range clients {
+		running.Add(1)
 		go func() {
-			defer clients.Done()
+			defer running.Done()
 			if err := s.client(loadCtx, ctx, c, i); err != nil {
 				errs <- err
 			}
@@ -243,7 +246,7 @@ func (s *run) load(ctx context.Context) error {
 	<-killDone
 	s.rep.LoadSeconds = time.Since(began).Seconds()
 	s.o.Logf("soak: load over after %.0fs; clients finish their cycles, then the fleet settles", s.rep.LoadSeconds)
-	clients.Wait()
+	running.Wait()
 	close(errs)
 	for err := range errs {
 		return err
