@@ -19,7 +19,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 3s
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab bench lint completions deps clean fuzz
+.PHONY: install release bench-quick all build test test-race test-rest demo lab bench soak lint completions deps clean fuzz
 
 all: build
 
@@ -47,7 +47,8 @@ deps:
 test: deps
 	$(GO) vet ./...
 	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent)(/|$$)')
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent|soak)(/|$$)')
+	SOAK_REPORT=$(CURDIR)/bin/soak $(GO) test $(TEST_FLAGS) -v ./internal/soak
 	@if [ -n "$(TEST_FUZZTIME)" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME); fi
 
 # fuzz runs every fuzz target for FUZZTIME (go test -fuzz takes one target per run); a
@@ -76,6 +77,14 @@ bench: deps build
 # bench-quick is the day-to-day subset (< 3 minutes): smaller fleets, shorter runs.
 bench-quick: deps build
 	$(GO) run ./internal/bench/report --quick --bin bin --out bench $(BENCH_ARGS)
+
+# soak is the long load soak (docs/soak.md): 64 HTTPS clients, 200 enrolled sim hostd
+# processes, random kill -9 of hostd, SQL invariants throughout; report in soak/ (JSON +
+# text). `make test` runs the same soak with 75 s of load. SOAK_DURATION=2h make soak for longer.
+SOAK_DURATION ?= 30m
+soak: deps build
+	@mkdir -p soak
+	set -o pipefail; SOAK_BIN=$(CURDIR)/bin SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/soak $(GO) test -count=1 -timeout 0 -v -run 'TestSoak$$' ./internal/soak | tee soak/soak.log
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -364,6 +364,16 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Error("task verification failed", "err", err)
 		return // retried on redelivery
 	default:
+		if err := a.writableFor(env.Type); err != nil {
+			// A host that cannot record what it did changes nothing: its result could not
+			// be kept, nor its completion (a redelivery could run it twice). The controller
+			// is told why; the slots wait for a verified wipe. Read-only tasks still run.
+			log.Error("state dir not writable; task not started", "err", err)
+			a.m.tasks.WithLabelValues(string(env.Type), "failed").Inc()
+			res.Status, res.Reason, res.Error, res.Phases = "failed", ReasonStateUnwritable, ReasonStateUnwritable+": "+err.Error(), []task.Phase{}
+			a.deliver(ctx, res)
+			return
+		}
 		log.Info("task started")
 		start := time.Now()
 		res = a.run(ctx, env, payload)
@@ -372,7 +382,9 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		log.Info("task finished", "status", res.Status, "error", res.Error)
 	}
 	if err := a.spool.Put(res); err != nil {
-		log.Error("cannot spool result; the task will be redelivered", "err", err)
+		// Not kept: deliver it now; if that fails too, the task is redelivered.
+		log.Error("cannot spool result; delivering it directly", "err", err)
+		a.deliver(ctx, res)
 		return
 	}
 	if err := a.replay.MarkCompleted(env.TaskID); err != nil {
@@ -546,6 +558,43 @@ func (a *Agent) sendLoop(ctx context.Context) {
 
 // resultTimeout bounds one result delivery.
 const resultTimeout = 30 * time.Second
+
+// writableFor checks the state dir can take the result of a task of type t, when t is one
+// that changes the host.
+func (a *Agent) writableFor(t task.Type) error {
+	if !changesHost(t) {
+		return nil
+	}
+	return a.spool.Writable()
+}
+
+// changesHost reports whether a task type writes to the host (VMs, disks): those are not
+// started while the state dir cannot record their outcome.
+func changesHost(t task.Type) bool {
+	switch t {
+	case task.TypeVMProvision, task.TypeVMRelease, task.TypeStorageTransit, task.TypeWipeVerify:
+		return true
+	}
+	return false
+}
+
+// ReasonStateUnwritable is a task result's reason when hostd's state dir cannot be written
+// (full or read-only): the task was not started.
+const ReasonStateUnwritable = "host_state_unwritable"
+
+// deliver sends one result that is not in the spool (best effort: an unacknowledged task is
+// redelivered when its lease ends).
+func (a *Agent) deliver(ctx context.Context, r task.Result) {
+	dctx, cancel := context.WithTimeout(ctx, resultTimeout)
+	defer cancel()
+	resp, data, err := a.do(dctx, "POST", "/api/v1/agent/tasks/"+r.TaskID+"/result", r)
+	switch {
+	case err != nil:
+		a.log.Warn("unspooled result not delivered; the task will be redelivered", "task", r.TaskID, "err", err)
+	case resp.StatusCode >= 300:
+		a.log.Warn("unspooled result refused", "task", r.TaskID, "err", apiError(resp, data))
+	}
+}
 
 // sendPending delivers spooled results; each is removed only once acknowledged.
 func (a *Agent) sendPending(ctx context.Context) {

@@ -35,6 +35,29 @@ func (s *Spool) Put(r task.Result) error {
 	return writeAtomic(s.path(r.TaskID), b, 0o600)
 }
 
+// probeSize is written by Writable: about what a task result with its phases takes.
+const probeSize = 16 << 10
+
+// Writable proves the spool can take a result now (a full or read-only state filesystem
+// fails here, before a task starts, instead of after it ran). No fsync: space is reserved
+// at write time, and the result's own write syncs.
+func (s *Spool) Writable() error {
+	f, err := os.CreateTemp(s.dir, ".probe-*") // one per task: tasks run concurrently
+	if err == nil {
+		_, err = f.Write(make([]byte, probeSize))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if rerr := os.Remove(f.Name()); err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("state dir %s: %w", s.dir, err)
+	}
+	return nil
+}
+
 // Has reports whether a result for taskID is waiting.
 func (s *Spool) Has(taskID string) bool {
 	_, err := os.Stat(s.path(taskID))
@@ -65,7 +88,19 @@ func (s *Spool) Pending() ([]task.Result, error) {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
+		// The sender removes acknowledged results concurrently (heartbeats list the spool
+		// too): a file gone since ReadDir was delivered, not lost.
+		info, err := e.Info()
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
 		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +108,6 @@ func (s *Spool) Pending() ([]task.Result, error) {
 		if err := json.Unmarshal(b, &r); err != nil || r.TaskID == "" {
 			continue // a torn file cannot exist (atomic writes); skip anything foreign
 		}
-		info, _ := e.Info()
 		items = append(items, item{r, info.ModTime().UnixNano()})
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].mod < items[j].mod })

@@ -602,6 +602,18 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		for slot, p := range out.Wiped {
 			proofs[slot] = alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}
 		}
+		if tr.Status != "succeeded" {
+			// A slot the failed release left without proof is blocked with the host's error
+			// (e.g. host_state_unwritable), not a bare "wipe not verified".
+			var p task.VMRelease
+			if json.Unmarshal(tr.Payload, &p) == nil {
+				for _, b := range p.Bundles {
+					if _, ok := proofs[b.SlotID]; !ok {
+						proofs[b.SlotID] = alloc.WipeProof{Error: "release " + tr.Status + ": " + tr.Error}
+					}
+				}
+			}
+		}
 		err = d.alloc.CompleteRelease(ctx, tr.AllocationID, proofs)
 		if isConflict(err) {
 			// A cleanup after a failed provision: the allocation stays failed, its slots

@@ -72,10 +72,14 @@ func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
 	file := ts.MkAbs(args[0] + ".img")
 	sh(ts, "truncate", "-s", args[1], file)
 	dev := sh(ts, "losetup", "-f", "--show", file)
+	// A loop device keeps a read-only flag (blockdev --setro) across detach: start and leave
+	// it writable whatever a script did.
+	sh(ts, "blockdev", "--setrw", dev)
 	ts.Defer(func() {
 		// A script that failed half-way may leave its VM on this disk: stop it first, or the
 		// loop device stays busy and leaks.
 		labguest.DestroyDomainsUsing(dev)
+		_, _ = hostfs.Exec{}.Run(context.Background(), "blockdev", "--setrw", dev)
 		_, _ = hostfs.Exec{}.Run(context.Background(), "losetup", "-d", dev)
 	})
 	link := "/dev/disk/by-id/" + args[0]

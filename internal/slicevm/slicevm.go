@@ -169,14 +169,15 @@ func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) 
 	return out, nil
 }
 
-// Release walks the release phases; wipe proofs are simulated (nothing was written).
-func (Sim) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (task.ReleaseOutput, error) {
+// Release walks the release phases (each PhaseDelay long, so a crash test can land in any
+// of them); wipe proofs are simulated (nothing was written).
+func (s Sim) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (task.ReleaseOutput, error) {
 	out := task.ReleaseOutput{Runtime: "sim", Simulated: true, VMName: VMName(p.AllocationID), Wiped: map[string]task.WipeProof{}, SlotCount: len(p.Bundles)}
 	for _, ph := range ReleasePhases {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		if err := rec.Run(ph, func() error { return nil }); err != nil {
+		if err := rec.Run(ph, func() error { return s.pause(ctx) }); err != nil {
 			return out, err
 		}
 	}

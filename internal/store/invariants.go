@@ -3,35 +3,71 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 )
+
+// Deadlines bound how long an allocation may stay in motion (the controller's provisioning
+// and release deadlines plus the reaper's slack); a zero field skips that check.
+type Deadlines struct {
+	Provision time.Duration // requested/provisioning -> active or terminal, from creation
+	Release   time.Duration // releasing -> released or failed, from the release request
+}
 
 // Invariants checks, in SQL, the properties the scheduler promises and returns a description
 // of each violation (empty when all hold). Tests and operators (and later the reconciler)
-// run it; it never changes anything.
+// run it; it never changes anything. Each check is one statement, so it sees one snapshot.
 func (s *Store) Invariants(ctx context.Context) ([]string, error) {
-	checks := []struct{ name, sql string }{
+	return s.InvariantsWithin(ctx, Deadlines{})
+}
+
+// InvariantsWithin is Invariants plus the deadline checks d asks for: an allocation still
+// requested or provisioning after d.Provision, or still releasing after d.Release, is a
+// violation (the reaper should have ended it).
+func (s *Store) InvariantsWithin(ctx context.Context, d Deadlines) ([]string, error) {
+	type check struct {
+		name, sql string
+		args      []any
+	}
+	checks := []check{
 		{"slot with more than one live claim", `SELECT slot_id::text FROM allocation_resource_claims
-			WHERE claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY slot_id HAVING count(*) > 1`},
+			WHERE claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY slot_id HAVING count(*) > 1`, nil},
 		{"allocation whose claims span nodes", `SELECT allocation_id::text FROM allocation_resource_claims
-			GROUP BY allocation_id HAVING count(DISTINCT node_id) > 1`},
+			GROUP BY allocation_id HAVING count(DISTINCT node_id) > 1`, nil},
 		{"slice allocation whose live claim count differs from gpus_total", `SELECT a.id::text FROM allocations a
 			WHERE a.capacity_shape = 'gpu_slice' AND a.status NOT IN ('released', 'failed')
-			AND (SELECT count(*) FROM allocation_resource_claims c WHERE c.allocation_id = a.id AND c.status IN ` + liveClaim + `) <> a.gpus_total`},
+			AND (SELECT count(*) FROM allocation_resource_claims c WHERE c.allocation_id = a.id AND c.status IN ` + liveClaim + `) <> a.gpus_total`, nil},
 		{"node with both a live slot claim and a live node_exclusive claim", `SELECT node_id::text FROM allocation_resource_claims
-			WHERE status IN ` + liveClaim + ` GROUP BY node_id HAVING count(DISTINCT claim_kind) > 1`},
+			WHERE status IN ` + liveClaim + ` GROUP BY node_id HAVING count(DISTINCT claim_kind) > 1`, nil},
 		{"slot held by a live claim but marked available", `SELECT s.id::text FROM node_resource_slots s
 			JOIN allocation_resource_claims c ON c.slot_id = s.id AND c.status IN ` + liveClaim + `
-			WHERE s.status IN ('available', 'disabled')`},
+			WHERE s.status IN ('available', 'disabled')`, nil},
 		{"slot reserved/provisioning/active without a live claim", `SELECT s.id::text FROM node_resource_slots s
 			WHERE s.status IN ('reserved', 'provisioning', 'active')
-			AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + `)`},
+			AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + `)`, nil},
 		{"fabric VF in two live claims on one node", `SELECT node_id::text || ' ' || fabric_vf_pci_address FROM allocation_resource_claims
 			WHERE claim_kind = 'slot' AND fabric_vf_pci_address <> '' AND status IN ` + liveClaim + `
-			GROUP BY node_id, fabric_vf_pci_address HAVING count(*) > 1`},
+			GROUP BY node_id, fabric_vf_pci_address HAVING count(*) > 1`, nil},
+		{"live allocation with a live claim in another state", `SELECT DISTINCT a.id::text || ' ' || a.status || '/' || c.status FROM allocations a
+			JOIN allocation_resource_claims c ON c.allocation_id = a.id AND c.status IN ` + liveClaim + `
+			WHERE c.status <> CASE a.status WHEN 'requested' THEN 'reserved' ELSE a.status END`, nil},
+		{"released or failed allocation still holding a live claim", `SELECT DISTINCT a.id::text || ' ' || a.status FROM allocations a
+			JOIN allocation_resource_claims c ON c.allocation_id = a.id AND c.status IN ` + liveClaim + `
+			WHERE a.status IN ('released', 'failed')`, nil},
+		{"slot whose state disagrees with its live claim", `SELECT s.id::text || ' slot ' || s.status || ', claim ' || c.status FROM node_resource_slots s
+			JOIN allocation_resource_claims c ON c.slot_id = s.id AND c.status IN ` + liveClaim + `
+			WHERE NOT (s.status = c.status OR (c.status = 'releasing' AND s.status IN ('failed', 'cleanup', 'cleanup_blocked')))`, nil},
+	}
+	if d.Provision > 0 {
+		checks = append(checks, check{"allocation neither active nor ended within the provisioning deadline", `SELECT id::text || ' ' || status || ' since ' || created_at::text
+			FROM allocations WHERE status IN ('requested', 'provisioning') AND created_at < now() - $1::interval`, []any{d.Provision}})
+	}
+	if d.Release > 0 {
+		checks = append(checks, check{"allocation still releasing past the release deadline", `SELECT id::text || ' releasing since ' || releasing_at::text
+			FROM allocations WHERE status = 'releasing' AND releasing_at < now() - $1::interval`, []any{d.Release}})
 	}
 	var out []string
 	for _, c := range checks {
-		rows, err := s.pool.Query(ctx, c.sql)
+		rows, err := s.pool.Query(ctx, c.sql, c.args...)
 		if err != nil {
 			return nil, translate(err)
 		}
