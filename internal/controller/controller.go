@@ -159,6 +159,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)
+	// The API's creates queue their slice's provisioning task in the create transaction and
+	// wake its host through this dispatcher (no outbox hop).
+	svc.SetTaskPlanner(disp)
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
 		Terminal: api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir}})
 
