@@ -80,7 +80,7 @@ bench-quick: deps build
 
 # soak is the long load soak (docs/soak.md): 64 HTTPS clients, 200 enrolled sim hostd
 # processes, random kill -9 of hostd, SQL invariants throughout; report in soak/ (JSON +
-# text). `make test` runs the same soak with 75 s of load. SOAK_DURATION=2h make soak for longer.
+# text). `make test` runs the same soak with 3 minutes of load. SOAK_DURATION=2h make soak for longer.
 SOAK_DURATION ?= 30m
 soak: deps build
 	@mkdir -p soak

@@ -64,7 +64,7 @@ func TestSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak takes minutes (-short)")
 	}
-	o := Options{Dir: workDir(t), BinDir: binaries(t), Duration: envDuration(t, "SOAK_DURATION", 75*time.Second),
+	o := Options{Dir: workDir(t), BinDir: binaries(t), Duration: envDuration(t, "SOAK_DURATION", 3*time.Minute),
 		KillEvery: envDuration(t, "SOAK_KILL_EVERY", 0), Hosts: envInt(t, "SOAK_HOSTS"), Clients: envInt(t, "SOAK_CLIENTS"), Logf: t.Logf}
 	ctx, cancel := context.WithTimeout(context.Background(), o.Duration+15*time.Minute)
 	defer cancel()
