@@ -67,7 +67,8 @@ func TestServersFailover(t *testing.T) {
 	if base != "https://a:1" {
 		t.Fatalf("current = %s", base)
 	}
-	if !s.failover(i) || !s.failover(i) { // two requests that failed on a
+	first, second := s.failover(i), s.failover(i) // two requests that failed on a
+	if !first || !second {
 		t.Fatal("failover should report another server")
 	}
 	if base, _ := s.current(); base != "https://b:2" {
