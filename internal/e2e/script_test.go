@@ -25,7 +25,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli"
 	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/controller"
-	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
 
@@ -40,12 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestScripts(t *testing.T) {
-	if _, err := pgserver.FindBinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs PostgreSQL server binaries: %v", err)
-		}
-		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
-	}
+	pgtest.RequireServer(t)
 	// The embedded PostgreSQL runs as an unprivileged user when we are root: every directory
 	// above a script's $WORK must be traversable.
 	root, err := os.MkdirTemp("", "gpuaas-e2e-")

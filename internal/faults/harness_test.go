@@ -20,7 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/controller"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
-	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/pki"
 )
 
@@ -67,16 +67,6 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func needPostgres(t *testing.T) {
-	t.Helper()
-	if _, err := pgserver.FindBinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs PostgreSQL server binaries: %v", err)
-		}
-		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
-	}
-}
-
 // cluster is one PostgreSQL with one or two controller replicas (A, and B if asked).
 type cluster struct {
 	t     *testing.T
@@ -96,7 +86,7 @@ var dirSeq atomic.Int32
 // leases, phases and restarts, and every one has its own PostgreSQL, processes and ports.
 func newCluster(t *testing.T, replicas int, flags ...string) *cluster {
 	t.Helper()
-	needPostgres(t)
+	pgtest.RequireServer(t)
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

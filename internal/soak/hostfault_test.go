@@ -14,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 	"github.com/gpuaas/gpuaas/internal/bench/provision"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -22,7 +23,7 @@ import (
 // provisioning fails with host_state_unwritable and the disk error, the cleanup release
 // fails the same way, and the slot ends cleanup_blocked with that error, never available.
 func TestStateDirFull(t *testing.T) {
-	needPostgres(t)
+	pgtest.RequireServer(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs on hostd's state dir")
 	}

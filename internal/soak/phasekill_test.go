@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 	"github.com/gpuaas/gpuaas/internal/bench/provision"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 )
@@ -27,7 +28,7 @@ const phaseDelay = time.Second
 // allocation ends active (then released), its task on a second attempt, every slot
 // consistent throughout and available at the end.
 func TestKillHostdInEachPhase(t *testing.T) {
-	needPostgres(t)
+	pgtest.RequireServer(t)
 	if testing.Short() {
 		t.Skip("kills 24 host daemons mid-task (-short)")
 	}

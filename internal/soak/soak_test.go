@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/pgserver"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 )
 
 // binaries builds the three commands into a temporary directory (SOAK_BIN reuses a build).
@@ -25,16 +25,6 @@ func binaries(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return dir
-}
-
-func needPostgres(t *testing.T) {
-	t.Helper()
-	if _, err := pgserver.FindBinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI needs PostgreSQL server binaries: %v", err)
-		}
-		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
-	}
 }
 
 // workDir is a directory the embedded PostgreSQL (run as an unprivileged user when we are
@@ -60,7 +50,7 @@ func workDir(t *testing.T) string {
 // of hostd. `make test` runs the short variant; `make soak` sets SOAK_DURATION=30m.
 // SOAK_HOSTS, SOAK_CLIENTS, SOAK_KILL_EVERY and SOAK_REPORT (a directory) adjust it.
 func TestSoak(t *testing.T) {
-	needPostgres(t)
+	pgtest.RequireServer(t)
 	if testing.Short() {
 		t.Skip("the soak takes minutes (-short)")
 	}

@@ -119,6 +119,19 @@ func end() {
 // Server returns the shared cluster (nil if none is running).
 func Server() *pgserver.Server { return srv }
 
+// RequireServer skips t, with how to install them, when the PostgreSQL server binaries are
+// missing, and fails it instead under CI (CI must run every test), for tests that start
+// their own PostgreSQL rather than use the package's cluster.
+func RequireServer(t testing.TB) {
+	t.Helper()
+	if _, err := pgserver.FindBinDir(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs PostgreSQL server binaries: %v", err)
+		}
+		t.Skipf("PostgreSQL server binaries not found (apt-get install postgresql): %v", err)
+	}
+}
+
 // NewDatabase creates a fresh database cloned from the template and returns its connection
 // string. It is dropped (WITH (FORCE)) when the test ends.
 func NewDatabase(t testing.TB) string {
