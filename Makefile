@@ -9,14 +9,18 @@ BINARIES := gpuaasctl gpuaas-hostd gpuaas-controller
 RACE_PKGS := ./internal/alloc/... ./internal/api/... ./internal/store/... ./internal/sched/... ./internal/pgserver/... ./internal/dispatch/... ./internal/agent/...
 TEST_FLAGS ?= -count=1 -timeout 20m
 # Native Go fuzz targets as package:Target (internal/rules checks every FuzzXxx is listed).
-# `make fuzz` runs each for FUZZTIME; `make test` runs each for TEST_FUZZTIME (empty: none;
-# the first run also builds the fuzz-instrumented standard library and dependencies).
+# `make fuzz` runs each for FUZZTIME; `make test` runs each for TEST_FUZZTIME executions
+# (empty: none; the first run also builds the fuzz-instrumented standard library and
+# dependencies). make test counts executions (Nx) rather than seconds: a duration budget
+# races Go's own fuzz coordinator at its deadline (golang/go#75804, fixed in Go 1.27) and
+# fails with a bare "context deadline exceeded" and no failing input; an execution count
+# has no deadline to race.
 FUZZ_TARGETS := internal/api:FuzzDecodeBody internal/api:FuzzQueryParams internal/task:FuzzVerify \
 	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/topology:FuzzSignature \
 	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cloudinit:FuzzRenderHost \
 	internal/cli/slots:FuzzReadSlotMap
 FUZZTIME ?= 30s
-TEST_FUZZTIME ?= 3s
+TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
 .PHONY: install release bench-quick all build test test-race test-rest demo lab bench soak lint completions deps clean fuzz
@@ -53,10 +57,21 @@ test: deps
 
 # fuzz runs every fuzz target for FUZZTIME (go test -fuzz takes one target per run); a
 # failing input lands in the package's testdata/fuzz/FuzzXxx/: fix the bug, keep the input.
+# With a duration FUZZTIME, a run that fails only with golang/go#75804's bare "context
+# deadline exceeded" and writes no failing input is reported as that race and not a finding;
+# any other failure, or a new file under testdata/fuzz, fails.
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@log=$$(mktemp); trap 'rm -f $$log' EXIT; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; corpus=$$pkg/testdata/fuzz/$$fn; \
+		before=$$(ls $$corpus 2>/dev/null | wc -l); \
 		echo "fuzz $$t for $(FUZZTIME)"; \
-		$(GO) test -vet=off -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) ./$${t%%:*}; \
+		$(GO) test -vet=off -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg 2>&1 | tee $$log; \
+		rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] && continue; \
+		after=$$(ls $$corpus 2>/dev/null | wc -l); \
+		if [ "$$after" = "$$before" ] && grep -qx '    context deadline exceeded' $$log && \
+			[ $$(grep -c -e '^--- FAIL' -e 'panic:' -e 'Failing input' $$log) -eq 1 ]; then \
+			echo "fuzz $$t: Go's fuzz coordinator raced its own -fuzztime deadline (golang/go#75804); no failing input was written, so this is not a finding"; \
+		else exit $$rc; fi; \
 	done
 
 demo: deps build
