@@ -29,8 +29,8 @@ const (
 
 // AllocationTransitions is the allocation state machine (mirrored by the allocation_transitions table).
 var AllocationTransitions = map[string][]string{
-	AllocRequested:    {AllocProvisioning, AllocReleasing, AllocFailed},
-	AllocProvisioning: {AllocActive, AllocReleasing, AllocFailed, AllocRequested}, // requested: re-placement after plan_invalid
+	AllocRequested:    {AllocProvisioning, AllocReleasing, AllocFailed, AllocReleased}, // released: cancelled before its host took anything
+	AllocProvisioning: {AllocActive, AllocReleasing, AllocFailed, AllocRequested},      // requested: re-placement after plan_invalid
 	AllocActive:       {AllocReleasing, AllocFailed},
 	AllocReleasing:    {AllocReleased, AllocFailed},
 	AllocFailed:       {AllocReleasing},

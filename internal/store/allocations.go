@@ -227,7 +227,7 @@ func (t *Tx) Transition(ctx context.Context, tr Transition) error {
 }
 
 // CancelRequested releases an allocation that never reached its host, in one round trip:
-// requested -> releasing -> released, its slots back to available, its claims released, an
+// requested -> released in one update (releasing_at = released_at), its slots back to available, its claims released, an
 // allocation.released outbox event and the audit record; it returns the allocation and its
 // tasks as written.
 func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) (AllocationRecord, []TaskRecord, error) {
@@ -236,13 +236,13 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 		return AllocationRecord{}, nil, err
 	}
 	b := &pgx.Batch{}
-	b.Queue(`UPDATE allocations SET status = 'releasing', releasing_at = coalesce(releasing_at, $2) WHERE id = $1`, id, at)
 	if len(slotIDs) > 0 {
 		b.Queue(`UPDATE node_resource_slots SET status = 'available', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	}
 	b.Queue(`UPDATE allocation_resource_claims SET status = 'released', released_at = $2
 		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, id, at)
-	b.Queue(`UPDATE allocations SET status = 'released', released_at = $2, placement_status = 'released' WHERE id = $1`, id, at)
+	b.Queue(`UPDATE allocations SET status = 'released', releasing_at = coalesce(releasing_at, $2), released_at = $2,
+		placement_status = 'released' WHERE id = $1`, id, at)
 	// Informational: no host has anything to do, so the event is recorded already dispatched.
 	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload, dispatched_at) VALUES ('allocation.released', $1, $2, $3, now())`,
 		id, nullIfEmpty(nodeID), payload)
