@@ -90,7 +90,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	a.m = newMetrics(a)
 	switch cfg.Runtime {
 	case "sim":
-		a.runtime = slicevm.Sim{PhaseDelay: cfg.SimPhaseDelay}
+		a.runtime = slicevm.Sim{PhaseDelay: cfg.SimPhaseDelay, Hold: cfg.SimHoldPhase}
 	case "lab", "libvirt":
 		if a.runtime, a.vm, err = newVMRuntime(cfg, log); err != nil {
 			return nil, err

@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
@@ -36,6 +38,9 @@ type Config struct {
 	// SimPhaseDelay makes each simulated phase take this long (sim runtime only), so
 	// operators and tests can watch progress and interrupt a running task.
 	SimPhaseDelay time.Duration `mapstructure:"sim_phase_delay" yaml:"sim_phase_delay,omitempty"`
+	// SimHoldPhase names a provision or release phase that, once started, never finishes on
+	// its own (sim runtime only): crash tests kill the daemon there without racing a clock.
+	SimHoldPhase string `mapstructure:"sim_hold_phase" yaml:"sim_hold_phase,omitempty"`
 
 	// The VM runtimes (lab, libvirt).
 	DataDir          string        `mapstructure:"data_dir" yaml:"data_dir,omitempty"`             // /var/lib/gpuaas
@@ -66,6 +71,7 @@ func BindRunFlags(fs *pflag.FlagSet) {
 	fs.Duration("heartbeat", 0, "heartbeat interval (default 15s)")
 	fs.String("metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:9464 (default off)")
 	fs.Duration("sim-phase-delay", 0, "sim runtime only: time each simulated phase takes")
+	fs.String("sim-hold-phase", "", "sim runtime only: a provision or release phase that never finishes once started (crash tests)")
 	fs.String("data-dir", "", "lab/libvirt: slice data (slices/, slice-images/, node-scheduler/leases/, terminal/); default /var/lib/gpuaas under the host root")
 	fs.String("bridge", "", "lab/libvirt: slice bridge (default ovsbr0; lab: gpuaasbr0)")
 	fs.String("bridge-address", "", "lab/libvirt: this host's address on the bridge, served by DHCP as router (default 10.100.0.1/24)")
@@ -186,6 +192,10 @@ func (c Config) Validate() error {
 		if f == "" {
 			return fmt.Errorf("%s is empty: enroll first", name)
 		}
+	}
+	if c.SimHoldPhase != "" && (c.Runtime != "sim" ||
+		!slices.Contains(task.ProvisionPhases, c.SimHoldPhase) && !slices.Contains(task.ReleasePhases, c.SimHoldPhase)) {
+		return fmt.Errorf("sim_hold_phase %q must name a slice.vm_provision or slice.vm_release phase, and needs runtime sim", c.SimHoldPhase)
 	}
 	switch c.Runtime {
 	case "sim":

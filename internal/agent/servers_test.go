@@ -83,3 +83,34 @@ func TestServersFailover(t *testing.T) {
 		t.Fatal("a single server has nowhere to fail over to")
 	}
 }
+
+// --sim-hold-phase takes only a real provision or release phase, and only on the sim runtime.
+func TestSimHoldPhaseValidated(t *testing.T) {
+	const ids = "server: https://a:1\nnode_id: n1\nca_file: /x/ca\ncert_file: /x/c\nkey_file: /x/k\nsigning_pub_file: /x/p\n"
+	for _, tc := range []struct {
+		runtime, hold, err string
+	}{
+		{"sim", "dhcp_reservation", ""},
+		{"sim", "wipe_verify", ""},
+		{"sim", "dhcp_reservatio", "must name a slice.vm_provision or slice.vm_release phase"},
+		{"sim", "../x\n", "must name"},
+		{"lab", "readiness", "needs runtime sim"},
+	} {
+		path := filepath.Join(t.TempDir(), "hostd.yaml")
+		if err := os.WriteFile(path, []byte(ids+"runtime: "+tc.runtime+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+		BindRunFlags(fs)
+		if err := fs.Parse([]string{"--config", path, "--sim-hold-phase", tc.hold}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(fs)
+		if tc.err == "" && (err != nil || c.SimHoldPhase != tc.hold) {
+			t.Errorf("hold %q on %s: %v (held %q)", tc.hold, tc.runtime, err, c.SimHoldPhase)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("hold %q on %s: %v, want an error containing %q", tc.hold, tc.runtime, err, tc.err)
+		}
+	}
+}

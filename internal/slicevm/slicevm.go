@@ -102,20 +102,28 @@ func VMName(allocationID string) string { return "gpuaas-" + allocationID }
 type Sim struct {
 	// PhaseDelay is how long each simulated phase takes (0 = instant).
 	PhaseDelay time.Duration
+	// Hold names a phase that, once started, never finishes on its own: the task stays in
+	// it until cancelled or the daemon dies. Crash tests use it to kill a host in a chosen
+	// phase without racing the clock; "" holds none.
+	Hold string
 }
 
-func (s Sim) pause(ctx context.Context) error {
-	if s.PhaseDelay <= 0 {
-		return nil
+func (s Sim) pause(ctx context.Context, rec *Recorder, phase string) error {
+	if s.PhaseDelay > 0 {
+		t := time.NewTimer(s.PhaseDelay)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
-	t := time.NewTimer(s.PhaseDelay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+	if phase != "" && phase == s.Hold {
+		rec.Progress(phase, "held (--sim-hold-phase)")
+		<-ctx.Done()
+		return fmt.Errorf("held in phase %s (--sim-hold-phase): %w", phase, ctx.Err())
 	}
+	return ctx.Err()
 }
 
 // Name is "sim".
@@ -151,7 +159,7 @@ func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) 
 			return out, err
 		}
 		err := rec.Run(ph, func() error {
-			if err := s.pause(ctx); err != nil {
+			if err := s.pause(ctx, rec, ph); err != nil {
 				return err
 			}
 			if ph == "lease_acquire" {
@@ -177,7 +185,7 @@ func (s Sim) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (tas
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		if err := rec.Run(ph, func() error { return s.pause(ctx) }); err != nil {
+		if err := rec.Run(ph, func() error { return s.pause(ctx, rec, ph) }); err != nil {
 			return out, err
 		}
 	}

@@ -16,9 +16,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/task"
 )
 
-// phaseDelay makes each simulated phase long enough to be seen (progress is reported at
-// most every 250 ms) and killed in.
-const phaseDelay = time.Second
+// phaseDelay is each simulated phase's length. The kill does not race it: each host runs
+// with --sim-hold-phase set to its target phase, which never finishes once started, so the
+// kill always lands in that phase however slow the machine (a 1-second window was missed
+// once on a loaded CI box); the restarted daemon runs without the hold.
+const phaseDelay = 100 * time.Millisecond
 
 // TestKillHostdInEachPhase kills gpuaas-hostd with SIGKILL in each of the 17 provisioning
 // phases and each of the 7 release phases, one host per phase, all at once (sim runtime:
@@ -53,6 +55,16 @@ func TestKillHostdInEachPhase(t *testing.T) {
 	for i := 0; i < fleet.Len(); i++ {
 		byName[fleet.Name(i)] = i
 	}
+	// Each host's first run after enrollment holds its target phase (provision phases for
+	// the first hosts, release phases for the rest).
+	for i := 0; i < hosts; i++ {
+		if err := fleet.Kill(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := fleet.Restart(i, "--sim-hold-phase", phaseName(i, prov, rel, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tenant, err := env.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +78,22 @@ func TestKillHostdInEachPhase(t *testing.T) {
 		}
 	}
 
-	// Each allocation takes a whole 8-slot host, so each lands on its own host.
+	// Each allocation takes a whole 8-slot host, so each lands on its own host; allocs[i] is
+	// the one on host i (whose daemon holds phaseName(i)).
 	allocs := make([]*apiv1.Allocation, hosts)
 	for i := range allocs {
-		if allocs[i], err = tenant.CreateAllocation(ctx, apiv1.AllocationCreate{SKU: benchenv.SliceSKU, GPUs: 8, Image: fleet.Image()}, ""); err != nil {
+		a, err := tenant.CreateAllocation(ctx, apiv1.AllocationCreate{SKU: benchenv.SliceSKU, GPUs: 8, Image: fleet.Image()}, "")
+		if err != nil {
 			t.Fatalf("allocation %d: %v", i, err)
 		}
+		if a, err = admin.GetAllocation(ctx, a.ID); err != nil { // the operator's view names the node
+			t.Fatal(err)
+		}
+		h, ok := byName[a.NodeName]
+		if !ok || allocs[h] != nil {
+			t.Fatalf("allocation %s placed on %q: not a free host of this fleet", a.ID, a.NodeName)
+		}
+		allocs[h] = a
 	}
 	k := &killer{t: t, ctx: ctx, admin: admin, fleet: fleet, byName: byName}
 	var wg sync.WaitGroup
@@ -88,7 +110,7 @@ func TestKillHostdInEachPhase(t *testing.T) {
 	for i, a := range allocs {
 		got := k.await(a.ID, "active")
 		if got.Status != "active" {
-			t.Errorf("allocation killed in %s: %s (%s), want active", phaseName(i, prov, rel), got.Status, got.FailureReason)
+			t.Errorf("allocation killed in %s: %s (%s), want active", phaseName(i, prov, rel, true), got.Status, got.FailureReason)
 		}
 		if i < len(prov) {
 			k.wantRedelivered(a.ID, string(task.TypeVMProvision), prov[i])
@@ -110,7 +132,7 @@ func TestKillHostdInEachPhase(t *testing.T) {
 	wg.Wait()
 	for i, a := range allocs {
 		if got := k.await(a.ID, "released"); got.Status != "released" {
-			t.Errorf("allocation %s: %s (%s), want released", phaseName(i, prov, rel), got.Status, got.FailureReason)
+			t.Errorf("allocation %s: %s (%s), want released", phaseName(i, prov, rel, true), got.Status, got.FailureReason)
 		}
 		if i >= len(prov) {
 			k.wantRedelivered(a.ID, string(task.TypeVMRelease), rel[i-len(prov)])
@@ -122,11 +144,18 @@ func TestKillHostdInEachPhase(t *testing.T) {
 	}
 }
 
-func phaseName(i int, prov, rel []string) string {
+// phaseName is host i's target phase ("provision phase X" when long).
+func phaseName(i int, prov, rel []string, long bool) string {
+	kind, ph := "provision phase ", ""
 	if i < len(prov) {
-		return "provision phase " + prov[i]
+		ph = prov[i]
+	} else {
+		kind, ph = "release phase ", rel[i-len(prov)]
 	}
-	return "release phase " + rel[i-len(prov)]
+	if long {
+		return kind + ph
+	}
+	return ph
 }
 
 // killer kills a host while its task runs a chosen phase.

@@ -178,8 +178,9 @@ func (f *Fleet) Kill(i int) error {
 	return nil
 }
 
-// Restart starts host i's gpuaas-hostd again with its enrolled identity (after Kill).
-func (f *Fleet) Restart(i int) error { return f.run(f.hosts[i]) }
+// Restart starts host i's gpuaas-hostd again with its enrolled identity (after Kill), with
+// extra `run` flags for this run only (e.g. --sim-hold-phase).
+func (f *Fleet) Restart(i int, extra ...string) error { return f.run(f.hosts[i], extra...) }
 
 // Running reports whether host i's daemon is up (it may also have exited by itself).
 func (f *Fleet) Running(i int) bool {
@@ -238,15 +239,16 @@ func (f *Fleet) enroll(ctx context.Context, h *host, dir string) error {
 	return f.run(h)
 }
 
-// run starts h's daemon, appending to its log.
-func (f *Fleet) run(h *host) error {
+// run starts h's daemon with extra flags, appending to its log.
+func (f *Fleet) run(h *host, extra ...string) error {
 	log, err := os.OpenFile(h.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close() // the child holds its own descriptor
-	cmd := exec.Command(filepath.Join(f.bin, "gpuaas-hostd"), "run", "--config", h.cfg, "--heartbeat", f.opts.Heartbeat.String(),
-		"--sim-phase-delay", f.opts.PhaseDelay.String(), "--max-concurrent", fmt.Sprint(f.opts.MaxConcurrent))
+	args := append([]string{"run", "--config", h.cfg, "--heartbeat", f.opts.Heartbeat.String(),
+		"--sim-phase-delay", f.opts.PhaseDelay.String(), "--max-concurrent", fmt.Sprint(f.opts.MaxConcurrent)}, extra...)
+	cmd := exec.Command(filepath.Join(f.bin, "gpuaas-hostd"), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	h.mu.Lock()
