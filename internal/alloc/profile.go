@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
@@ -32,13 +34,30 @@ type resourceProfile struct {
 	TopologyPolicy map[string]string    `json:"topology_policy"`
 }
 
+// parsedProfiles memoizes parseResourceProfile by the profile's bytes: every create parses
+// its SKU's profile twice (policy and VM shape) and SKUs are few. An edited SKU has new bytes,
+// so a stale entry is never used; at most maxParsedProfiles are kept. Parsed profiles are
+// shared and read only.
+var (
+	parsedProfiles    sync.Map // string(raw) -> resourceProfile
+	parsedProfilesLen atomic.Int32
+)
+
+const maxParsedProfiles = 256
+
 func parseResourceProfile(raw json.RawMessage) (resourceProfile, error) {
 	var rp resourceProfile
 	if len(raw) == 0 {
 		return rp, nil
 	}
+	if v, ok := parsedProfiles.Load(string(raw)); ok {
+		return v.(resourceProfile), nil
+	}
 	if err := json.Unmarshal(raw, &rp); err != nil {
 		return rp, fmt.Errorf("sku resource_profile: %w", err)
+	}
+	if parsedProfilesLen.Add(1) <= maxParsedProfiles {
+		parsedProfiles.Store(string(raw), rp)
 	}
 	return rp, nil
 }

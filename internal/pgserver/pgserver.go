@@ -159,6 +159,15 @@ func (s *Server) socketPath() string {
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
 
+// PID is the running postmaster's process id (benchmarks read its CPU time from /proc).
+func (s *Server) PID() (int, error) {
+	pid, err := postmasterPID(s.dataDir)
+	if err == nil && pid == 0 {
+		err = fmt.Errorf("pgserver: %s has no postmaster.pid: not running", s.dataDir)
+	}
+	return pid, err
+}
+
 // SocketDir is the directory holding the Unix socket (the host in ConnString).
 func (s *Server) SocketDir() string { return s.sockDir }
 

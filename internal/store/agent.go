@@ -64,8 +64,8 @@ const taskColumns = `id::text, node_id::text, coalesce(allocation_id::text, ''),
 
 func scanTask(r pgx.Row, t *TaskRecord) error {
 	var phases []byte
-	if err := r.Scan(&t.ID, &t.NodeID, &t.AllocationID, &t.Type, &t.Payload, &t.Status, &t.Attempt, &t.MaxAttempts,
-		&t.NotAfter, &t.LeaseExpiresAt, &t.Output, &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt); err != nil {
+	if err := r.Scan(&t.ID, &t.NodeID, &t.AllocationID, &t.Type, rawJSON(&t.Payload), &t.Status, &t.Attempt, &t.MaxAttempts,
+		&t.NotAfter, &t.LeaseExpiresAt, rawJSON(&t.Output), &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt); err != nil {
 		return err
 	}
 	t.Phases = []apiv1.TaskPhase{}

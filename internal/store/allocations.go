@@ -29,8 +29,8 @@ const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.
 func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string
 	err := row.Scan(&a.ID, &a.TenantID, &a.SKU, &a.CapacityShape, &a.GPUs, &a.Region, &a.Status, &a.PlacementStatus,
-		&a.NodeID, &a.NodeName, &profileName, &a.ResolvedProfile, &a.ImageSnapshot, &a.PriceSnapshot,
-		&a.UsageSnapshot, &a.SSHPublicKeys, &a.FailureReason, &a.RequestHash, &a.CreatedAt, &a.ActiveAt,
+		&a.NodeID, &a.NodeName, &profileName, rawJSON(&a.ResolvedProfile), rawJSON(&a.ImageSnapshot), rawJSON(&a.PriceSnapshot),
+		rawJSON(&a.UsageSnapshot), &a.SSHPublicKeys, &a.FailureReason, &a.RequestHash, &a.CreatedAt, &a.ActiveAt,
 		&a.ReleasingAt, &a.ReleasedAt)
 	a.Profile.Name = profileName
 	return err

@@ -23,7 +23,7 @@ const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape
 func scanSKU(row pgx.Row, s *apiv1.SKU) error {
 	var counts []int32
 	err := row.Scan(&s.SKU, &s.Vendor, &s.DisplayName, &s.AcceleratorModel, &s.CapacityShape, &s.GPUsTotal, &counts,
-		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, &s.ResourceProfile, &s.Active,
+		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, rawJSON(&s.ResourceProfile), &s.Active,
 		&s.CreatedAt, &s.UpdatedAt)
 	s.AllowedGPUCounts = make([]int, len(counts))
 	for i, c := range counts {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,6 +18,11 @@ type querier interface {
 }
 
 // nullIfEmpty turns "" into SQL NULL for optional uuid/text columns.
+// rawJSON scans a json/jsonb column into a json.RawMessage as plain bytes: the database has
+// already validated them, and scanning into the RawMessage itself would run encoding/json's
+// validator over every snapshot read (5% of the controller's CPU on the create path).
+func rawJSON(m *json.RawMessage) *[]byte { return (*[]byte)(m) }
+
 func nullIfEmpty(s string) any {
 	if s == "" {
 		return nil

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -32,15 +33,18 @@ type Result struct {
 	Nodes       int            `json:"nodes"`
 	Clients     int            `json:"clients"`
 	Seconds     float64        `json:"seconds"`
-	Pairs       int            `json:"pairs"`           // create+release pairs completed
-	PairsPerSec float64        `json:"pairs_per_sec"`   //
-	PairP50ms   float64        `json:"pair_p50_ms"`     // create+release, one pair
-	PairP99ms   float64        `json:"pair_p99_ms"`     //
-	CreateP50ms float64        `json:"create_p50_ms"`   // create alone (api) / reserve transaction (pgbench)
-	CreateP99ms float64        `json:"create_p99_ms"`   //
-	Unplaced    int            `json:"unplaced"`        // creates refused for capacity (retryable)
-	Errors      map[string]int `json:"errors"`          // other failures by error code
-	Notes       string         `json:"notes,omitempty"` //
+	Pairs       int            `json:"pairs"`         // create+release pairs completed
+	PairsPerSec float64        `json:"pairs_per_sec"` //
+	PairP50ms   float64        `json:"pair_p50_ms"`   // create+release, one pair
+	PairP99ms   float64        `json:"pair_p99_ms"`   //
+	CreateP50ms float64        `json:"create_p50_ms"` // create alone (api) / reserve transaction (pgbench)
+	CreateP99ms float64        `json:"create_p99_ms"` //
+	Unplaced    int            `json:"unplaced"`      // creates refused for capacity (retryable)
+	Errors      map[string]int `json:"errors"`        // other failures by error code
+	// CPUPerPairMS is CPU time per completed pair by process: controller, postgres and
+	// client (this process's API workers) for api; postgres and pgbench for the reference.
+	CPUPerPairMS map[string]float64 `json:"cpu_per_pair_ms,omitempty"`
+	Notes        string             `json:"notes,omitempty"` //
 }
 
 // API runs clients workers, each with its own HTTPS connection, creating and releasing
@@ -52,6 +56,10 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
 	errc := make(chan error, clients)
+	cpu0, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	for w := 0; w < clients; w++ {
 		c, err := env.Client()
@@ -100,16 +108,34 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	}
 	wg.Wait()
 	res.Seconds = time.Since(start).Seconds()
+	cpu1, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
 	select {
 	case err := <-errc:
 		return res, err
 	default:
 	}
 	res.Pairs = len(pairs)
+	used := cpu1.Sub(cpu0)
+	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"controller": used.Controller, "postgres": used.Postgres, "client": used.Self})
 	res.PairsPerSec = float64(len(pairs)) / res.Seconds
 	res.PairP50ms, res.PairP99ms = benchenv.Percentile(pairs, 50), benchenv.Percentile(pairs, 99)
 	res.CreateP50ms, res.CreateP99ms = benchenv.Percentile(creates, 50), benchenv.Percentile(creates, 99)
 	return res, nil
+}
+
+// perPair divides each CPU time by pairs, in milliseconds (nil when no pair completed).
+func perPair(pairs int, used map[string]time.Duration) map[string]float64 {
+	if pairs == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(used))
+	for k, d := range used {
+		out[k] = float64(d.Microseconds()) / 1000 / float64(pairs)
+	}
+	return out
 }
 
 func code(err error) string {
@@ -182,10 +208,22 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 		"-f", script, "-l", "--log-prefix", filepath.Join(dir, "log"),
 		"-h", env.PG.SocketDir(), "-U", "gpuaas", "postgres"}
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
+	cpu0, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return res, fmt.Errorf("pgbench: %v\n%s", err, out)
+	}
+	cpu1, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
+	var client time.Duration
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		client = benchenv.RusageCPU(ru)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	if m := tpsRE.FindSubmatch(out); m != nil {
@@ -201,6 +239,7 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 	res.PairP50ms, res.PairP99ms = benchenv.Percentile(lat, 50), benchenv.Percentile(lat, 99)
 	// The reserve transaction alone is about half the pair (two transactions of similar size);
 	// pgbench logs whole scripts, so create latency is not reported separately.
+	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"postgres": cpu1.Sub(cpu0).Postgres, "pgbench": client})
 	res.Notes = "latency per script (reserve + release transactions)"
 	if res.Pairs == 0 {
 		return res, fmt.Errorf("pgbench processed no transactions:\n%s", out)

@@ -165,6 +165,24 @@ func (s *apiSuite) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
 	}
+	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows.\n\n")
+	b.WriteString("| nodes | clients | kind | controller | postgres | load generator | total | total vs raw |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range s.Results {
+		if r.CPUPerPairMS == nil {
+			continue
+		}
+		c := r.CPUPerPairMS
+		gen, ctl := c["client"], fmt.Sprintf("%.2f", c["controller"])
+		if r.Kind == "pgbench" {
+			gen, ctl = c["pgbench"], "-"
+		}
+		total := c["controller"] + c["postgres"] + gen
+		vs := "-"
+		if p := s.find("pgbench", r.Nodes, r.Clients).CPUPerPairMS; r.Kind == "api" && p != nil {
+			vs = fmt.Sprintf("%.1fx", ratio(total, p["postgres"]+p["pgbench"]))
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.Nodes, r.Clients, r.Kind, ctl, c["postgres"], gen, total, vs)
+	}
 	b.WriteString("\n**Targets**\n\n")
 	for _, fleet := range s.Fleets {
 		for _, c := range []int{16, 64} {
