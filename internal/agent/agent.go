@@ -387,8 +387,12 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		a.deliver(ctx, res)
 		return
 	}
-	if err := a.replay.MarkCompleted(env.TaskID); err != nil {
-		log.Error("cannot record completion", "err", err)
+	// A refused task did not run: its id is not recorded as completed, so a later delivery
+	// that verifies (a host clock put right, a re-signed attempt) can still run it once.
+	if res.Status != "refused" {
+		if err := a.replay.MarkCompleted(env.TaskID); err != nil {
+			log.Error("cannot record completion", "err", err)
+		}
 	}
 	a.kickSender()
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,11 +32,12 @@ type fakeController struct {
 	mu      sync.Mutex
 	tasks   []*task.Envelope
 	results map[string]int // task id -> accepted deliveries
-	down    atomic.Bool    // answer 503 to results
+	last    map[string]task.Result
+	down    atomic.Bool // answer 503 to results
 }
 
 func newFake(t *testing.T) *fakeController {
-	f := &fakeController{dir: t.TempDir(), results: map[string]int{}}
+	f := &fakeController{dir: t.TempDir(), results: map[string]int{}, last: map[string]task.Result{}}
 	if _, err := pki.Init(pki.InitOptions{Dir: f.dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +65,14 @@ func newFake(t *testing.T) *fakeController {
 			w.WriteHeader(503)
 			return
 		}
-		_, _ = io.Copy(io.Discard, r.Body)
+		var res task.Result
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &res); err != nil {
+			t.Errorf("result body: %v", err)
+		}
 		f.mu.Lock()
 		f.results[r.PathValue("id")]++
+		f.last[r.PathValue("id")] = res
 		f.mu.Unlock()
 		w.WriteHeader(200)
 		_, _ = w.Write([]byte(`{}`))
@@ -110,11 +117,17 @@ func identity(t *testing.T, f *fakeController, nodeID string) Config {
 
 func (f *fakeController) queue(t *testing.T, nodeID, taskID string) {
 	t.Helper()
+	f.queueAt(t, nodeID, taskID, time.Now())
+}
+
+// queueAt queues a task signed as issued at issued (the controller's clock), valid 1 hour.
+func (f *fakeController) queueAt(t *testing.T, nodeID, taskID string, issued time.Time) {
+	t.Helper()
 	key, _ := pki.LoadSigningKey(f.dir)
 	numa := 0
 	env, err := task.New(key, taskID, nodeID, task.TypeVMProvision, task.VMProvision{AllocationID: "a1",
 		Bundles: []task.Bundle{{SlotID: "s0", GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", NVMeDevice: "/dev/disk/by-id/x", NUMANode: &numa}},
-		Image:   task.Image{Slug: "i", DigestSHA256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}, time.Now(), time.Hour, 1)
+		Image:   task.Image{Slug: "i", DigestSHA256: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}}, issued, time.Hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,4 +206,72 @@ func TestForeignTaskRefusedAndReported(t *testing.T) {
 	if ok, _ := a.replay.Completed("task-x"); ok {
 		t.Fatal("a foreign task's id was marked completed")
 	}
+}
+
+// A host whose clock is off from the controller's runs signed tasks while the difference is
+// within its clock-skew tolerance, and beyond it refuses them and reports why, naming the
+// skew: whole hostd (poll, verify, run, spool, report) over real HTTPS with the host's clock
+// moved instead of the machine's.
+func TestHostClockSkew(t *testing.T) {
+	const tolerance = 2 * time.Minute
+	for _, tc := range []struct {
+		name       string
+		hostOffset time.Duration // host clock minus controller clock
+		issuedAgo  time.Duration // the task was signed this long before the controller's now
+		want, text string
+	}{
+		{name: "host behind, within tolerance", hostOffset: -(tolerance - 10*time.Second), want: "succeeded"},
+		{name: "host ahead, task near expiry, within tolerance", hostOffset: tolerance - 10*time.Second, issuedAgo: 59 * time.Minute, want: "succeeded"},
+		{name: "host behind beyond tolerance", hostOffset: -(tolerance + time.Minute), want: "refused", text: "not_yet_valid: .* ahead of this host's clock .* beyond the 2m0s clock-skew tolerance"},
+		{name: "host ahead beyond tolerance", hostOffset: tolerance + time.Minute, issuedAgo: 59 * time.Minute, want: "refused", text: "expired: .* past expiry, beyond the 2m0s clock-skew tolerance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t)
+			cfg := identity(t, f, "node-1")
+			cfg.ClockSkew = tolerance
+			a, err := New(cfg, slog.New(slog.DiscardHandler), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.verifier.Now = func() time.Time { return time.Now().Add(tc.hostOffset) }
+			f.queueAt(t, "node-1", "task-skew", time.Now().Add(-tc.issuedAgo))
+			res := runUntilReported(t, f, a, "task-skew", func(task.Result) bool { return true })
+			if res.Status != tc.want || (tc.text != "" && !regexp.MustCompile(tc.text).MatchString(res.Error)) {
+				t.Fatalf("result %s %q, want %s matching %q", res.Status, res.Error, tc.want, tc.text)
+			}
+			if ran, _ := a.replay.Completed("task-skew"); ran != (tc.want == "succeeded") {
+				t.Fatalf("task completed here = %v, want %v", ran, tc.want == "succeeded")
+			}
+			if tc.want != "refused" {
+				return
+			}
+			// The clock put right, the task delivered again (re-signed) runs: a refusal
+			// did not burn its id.
+			if a, err = New(cfg, slog.New(slog.DiscardHandler), "test"); err != nil {
+				t.Fatal(err)
+			}
+			f.queueAt(t, "node-1", "task-skew", time.Now())
+			runUntilReported(t, f, a, "task-skew", func(r task.Result) bool { return r.Status == "succeeded" })
+		})
+	}
+}
+
+// runUntilReported runs a until the controller has accepted a result for id that ok accepts
+// and hostd has dropped it from its spool (acknowledged), and returns that result.
+func runUntilReported(t *testing.T, f *fakeController, a *Agent, id string, ok func(task.Result) bool) task.Result {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(done) }()
+	var last task.Result
+	waitUntil(t, "the result to be reported and acknowledged", func() bool {
+		f.mu.Lock()
+		last = f.last[id]
+		n := f.results[id]
+		f.mu.Unlock()
+		return n > 0 && ok(last) && !a.spool.Has(id)
+	})
+	cancel()
+	<-done
+	return last
 }
