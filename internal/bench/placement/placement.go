@@ -104,6 +104,24 @@ func (c *Cluster) fits(n, size int) bool {
 	return len(f) >= size
 }
 
+// groupFits reports whether some node has size free slots in one NUMA group.
+func (c *Cluster) groupFits(size int) bool {
+	for _, slots := range c.used {
+		for g := 0; g < slotsPerNode; g += groupSize {
+			k := 0
+			for _, u := range slots[g : g+groupSize] {
+				if !u {
+					k++
+				}
+			}
+			if k >= size {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Placer picks slots for a request, or says it cannot.
 type Placer interface {
 	Name() string
@@ -254,9 +272,12 @@ type Result struct {
 	Fragmentation float64 `json:"fragmentation"`
 	// Unusable is the same expected unusable free GPUs as Fragmentation, as a share of all the
 	// fleet's GPUs instead of its free ones: it does not reward leaving more GPUs free.
-	Unusable    float64 `json:"unusable_free_gpus_of_fleet"`
-	NUMALocal   float64 `json:"numa_local"`
-	Utilization float64 `json:"utilization"`
+	Unusable  float64 `json:"unusable_free_gpus_of_fleet"`
+	NUMALocal float64 `json:"numa_local"`
+	// NUMALocalFeasible is NUMALocal over the 2- and 4-GPU placements made while some node had
+	// one NUMA group with room for them (the target: 100% whenever feasible).
+	NUMALocalFeasible float64 `json:"numa_local_when_feasible"`
+	Utilization       float64 `json:"utilization"`
 	// FirstRejection is the share of GPUs in use when the first request of the run (from an
 	// empty fleet) was refused; 0 when none was.
 	FirstRejection float64 `json:"alloc_ratio_at_first_rejection,omitempty"`
@@ -306,7 +327,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	var live []running
 	now := 0.0
 	var asked, served [9]int
-	multi, local := 0, 0
+	multi, local, feasible, feasibleLocal := 0, 0, 0, 0
 	var fragSum, unusableSum, utilSum, firstRejection float64
 	samples := 0
 	for i, e := range ev {
@@ -327,6 +348,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 		if measure {
 			asked[e.size]++
 		}
+		localFeasible := measure && e.size > 1 && e.size < 8 && c.groupFits(e.size)
 		n, slots, ok := p.Place(c, e.size, rng)
 		if !ok && firstRejection == 0 {
 			firstRejection = utilization(c)
@@ -343,6 +365,12 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 					if singleGroup(slots) {
 						local++
 					}
+					if localFeasible {
+						feasible++
+						if singleGroup(slots) {
+							feasibleLocal++
+						}
+					}
 				}
 			}
 		}
@@ -358,7 +386,8 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	}
 	r := Result{Policy: p.Name(), OfferedLoad: load, Seed: seed, Served4: ratio(served[4], asked[4]), Served8: ratio(served[8], asked[8]),
 		ServedAll: ratio(served[1]+served[2]+served[4]+served[8], asked[1]+asked[2]+asked[4]+asked[8]), NUMALocal: ratio(local, multi),
-		FirstRejection: firstRejection}
+		NUMALocalFeasible: ratio(feasibleLocal, feasible),
+		FirstRejection:    firstRejection}
 	if samples > 0 {
 		r.Fragmentation, r.Unusable, r.Utilization = fragSum/float64(samples), unusableSum/float64(samples), utilSum/float64(samples)
 	}
@@ -483,6 +512,7 @@ func Means(rs []Result) []Spread {
 		m.Fragmentation += r.Fragmentation
 		m.Unusable += r.Unusable
 		m.NUMALocal += r.NUMALocal
+		m.NUMALocalFeasible += r.NUMALocalFeasible
 		m.Utilization += r.Utilization
 		if r.FirstRejection > 0 {
 			m.FirstRejection += r.FirstRejection
@@ -494,7 +524,7 @@ func Means(rs []Result) []Spread {
 	for i := range out {
 		m, n := &out[i].Mean, float64(out[i].Seeds)
 		m.Served4, m.Served8, m.ServedAll, m.Fragmentation = m.Served4/n, m.Served8/n, m.ServedAll/n, m.Fragmentation/n
-		m.Unusable, m.NUMALocal, m.Utilization = m.Unusable/n, m.NUMALocal/n, m.Utilization/n
+		m.Unusable, m.NUMALocal, m.NUMALocalFeasible, m.Utilization = m.Unusable/n, m.NUMALocal/n, m.NUMALocalFeasible/n, m.Utilization/n
 		if k := rejected[i]; k > 0 {
 			m.FirstRejection /= float64(k)
 		}

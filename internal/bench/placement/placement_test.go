@@ -14,7 +14,8 @@ func TestChurnInvariantsAndDeterminism(t *testing.T) {
 	}
 	for _, r := range res {
 		for name, v := range map[string]float64{"served4": r.Served4, "served8": r.Served8, "served": r.ServedAll,
-			"fragmentation": r.Fragmentation, "numa_local": r.NUMALocal, "utilization": r.Utilization} {
+			"fragmentation": r.Fragmentation, "numa_local": r.NUMALocal, "numa_local_when_feasible": r.NUMALocalFeasible,
+			"unusable": r.Unusable, "first_rejection": r.FirstRejection, "utilization": r.Utilization} {
 			if v < 0 || v > 1 {
 				t.Errorf("%s at %.1f: %s = %f", r.Policy, r.OfferedLoad, name, v)
 			}
@@ -36,6 +37,20 @@ func TestFitsAndFragmentation(t *testing.T) {
 	if c.fits(0, 4) || c.fits(0, 8) || !c.fits(0, 2) || !c.fits(1, 8) {
 		t.Fatal("fits")
 	}
+	for s := range c.used[1] {
+		c.used[1][s] = s != 1 && s != 5 // node 1: slots 1 and 5 free, one per group
+	}
+	if !c.groupFits(3) || c.groupFits(4) { // node 0 has 3 free in each group
+		t.Fatal("groupFits with node 0 at 3 free per group")
+	}
+	c.used[0][1], c.used[0][5] = true, true
+	if c.groupFits(3) || !c.groupFits(2) {
+		t.Fatal("groupFits with node 0 at 2 free per group")
+	}
+	for s := range c.used[1] {
+		c.used[1][s] = false
+	}
+	c.used[0][1], c.used[0][5] = false, false
 	// node 0: 6 free GPUs unusable for 4 and 8 (p=0.3); node 1: 8 free, all usable.
 	want := 0.3 * 6 / 14
 	if got := Fragmentation(c); got < want-1e-9 || got > want+1e-9 {
@@ -81,8 +96,8 @@ func TestOursFragmentsLess(t *testing.T) {
 	if 2*ours.Served4+ours.Served8 < 2*bf.Served4+bf.Served8 {
 		t.Errorf("served 4/8: gpuaas %.3f/%.3f, best-fit %.3f/%.3f", ours.Served4, ours.Served8, bf.Served4, bf.Served8)
 	}
-	if ours.NUMALocal != 1 {
-		t.Errorf("NUMA-local %.4f", ours.NUMALocal)
+	if ours.NUMALocal != 1 || ours.NUMALocalFeasible != 1 {
+		t.Errorf("NUMA-local %.4f, when feasible %.4f", ours.NUMALocal, ours.NUMALocalFeasible)
 	}
 }
 
