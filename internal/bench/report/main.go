@@ -174,10 +174,15 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 		get         func(placement.Result) float64
 	}{
 		{"placement-fragmentation.png", "fragmentation (FGD: share of free GPUs unusable for the next request)", 1, func(r placement.Result) float64 { return r.Fragmentation }},
-		{"placement-unusable.png", "unusable free GPUs as a share of the fleet (same FGD weights)", 0.02, func(r placement.Result) float64 { return r.Unusable }},
+		{"placement-unusable.png", "unusable free GPUs as a share of the fleet (same FGD weights; clipped at the top)", 0.02, func(r placement.Result) float64 { return r.Unusable }},
 		{"placement-served-4gpu.png", "share of 4-GPU requests served", 1, func(r placement.Result) float64 { return r.Served4 }},
 		{"placement-served-8gpu.png", "share of 8-GPU requests served", 1, func(r placement.Result) float64 { return r.Served8 }},
-		{"placement-first-rejection.png", "allocation ratio at the first rejection (0: none refused)", 1, func(r placement.Result) float64 { return r.FirstRejection }},
+		{"placement-first-rejection.png", "allocation ratio at the first rejection (no point: none refused)", 1, func(r placement.Result) float64 {
+			if r.FirstRejection == 0 {
+				return math.NaN()
+			}
+			return r.FirstRejection
+		}},
 		{"placement-numa-local.png", "NUMA-local share of 2- and 4-GPU placements", 1, func(r placement.Result) float64 { return r.NUMALocal }},
 	}
 	for _, p := range plots {
@@ -282,7 +287,8 @@ func memTotal() string {
 
 var colors = map[string]color.RGBA{"gpuaas": {200, 30, 30, 255}, "first-fit": {30, 90, 200, 255}, "best-fit": {30, 150, 60, 255}, "random": {120, 120, 120, 255}}
 
-// plot draws one measure against offered load, a line per policy (0..ymax on the y axis).
+// plot draws one measure against offered load, a line per policy (0..ymax on the y axis); a
+// NaN leaves the point out.
 func plot(path, title string, ymax float64, rs []placement.Result, get func(placement.Result) float64) error {
 	const w, h, left, right, top, bottom = 720, 420, 60, 150, 40, 50
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
@@ -311,8 +317,12 @@ func plot(path, title string, ymax float64, rs []placement.Result, get func(plac
 		c := colors[p.Name()]
 		px, py := -1, -1
 		for _, l := range loads {
-			r := find(rs, p.Name(), l)
-			cx, cy := x(l), y(get(r))
+			v := get(find(rs, p.Name(), l))
+			if math.IsNaN(v) {
+				px = -1
+				continue
+			}
+			cx, cy := x(l), y(v)
 			if px >= 0 {
 				line(img, px, py, cx, cy, c)
 				line(img, px, py+1, cx, cy+1, c)
