@@ -1,7 +1,6 @@
 package placement
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"math/rand"
@@ -320,5 +319,5 @@ func search(t *testing.T, n int) {
 		t.Logf("%v fragmentation %.4f (%+.1f%% vs best-fit) util %.4f served 8 %.3f", x.w, x.frag, (x.frag-bf)/bf*100, x.util, x.s8)
 	}
 	t.Logf("lowest share overall: %v fragmentation %.4f (%+.1f%%) util %.4f served 8 %.3f", lowest.w, lowest.frag, (lowest.frag-bf)/bf*100, lowest.util, lowest.s8)
-	fmt.Println(len(kept), "of", n, "weightings kept best-fit's utilization and 8-GPU service")
+	t.Logf("%d of %d weightings kept best-fit's utilization and 8-GPU service", len(kept), n)
 }
