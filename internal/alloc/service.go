@@ -406,12 +406,14 @@ func planOf(na store.NewAllocation, claims []store.NewClaim) store.DispatchInfo 
 }
 
 // Placement reads best-fit windows of nodes, not the whole fleet: the scheduler ranks the
-// candidates of the first window that yields a choice. Only when windowsBeforeFullScan windows
-// yield nothing (fragmented capacity, SKU overrides on slots, an exhausted fleet) does it rank
-// every candidate, which is also what explains a refusal.
+// candidates of the first window whose ranking is settled (its best choice uses one NUMA group
+// or a whole node; a window that offers only spans may hide a NUMA-local node elsewhere). Only
+// when sched.WindowsBeforeFullScan windows settle nothing (fragmented capacity, SKU overrides
+// on slots, an exhausted fleet) does it rank every candidate, which is also what explains a
+// refusal.
 const (
-	windowNodes           = 8
-	windowsBeforeFullScan = 4
+	windowNodes           = sched.WindowNodes
+	windowsBeforeFullScan = sched.WindowsBeforeFullScan
 )
 
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
@@ -429,7 +431,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try f
 			break
 		}
 		out := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(win.Candidates, win.Topology))
-		if len(out.Choices) > 0 {
+		if out.Settled() {
 			if done, err := try(out, win.Candidates); done || err != nil {
 				return out, err
 			}

@@ -108,3 +108,25 @@ func TestCreateAnswerMatchesARead(t *testing.T) {
 		}
 	}
 }
+
+// A best-fit window that offers only spans does not hide a node with one NUMA group free: the
+// 8 tightest nodes each have one free slot per group, the ninth has 3 free in group 1, and a
+// 2-GPU request (NUMA-preferred) goes to the ninth, inside group 1.
+func TestWindowOfSpansReadsOnForOneGroup(t *testing.T) {
+	b := setup(t)
+	for i := range 8 {
+		b.disable(b.addNode(fmt.Sprintf("s%02d", i), 60+i), 0, 1, 2, 4, 5, 6) // free: 3 and 7
+	}
+	b.disable(b.addNode("t00", 70), 0, 1, 2, 3, 4) // free: 5, 6, 7
+	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if node, idx := b.placed(b.mustCreate(2)); node != "t00" || fmt.Sprint(idx) != "[5 6]" {
+		t.Fatalf("2 GPUs went to %s %v, want t00 [5 6] (one NUMA group) over a span in the first window", node, idx)
+	}
+	// With no single group of 2 left anywhere (t00 has 1 free), a span is the right answer.
+	if node, idx := b.placed(b.mustCreate(2)); node != "s00" || fmt.Sprint(idx) != "[3 7]" {
+		t.Fatalf("2 GPUs went to %s %v, want the span s00 [3 7]", node, idx)
+	}
+	b.invariants()
+}

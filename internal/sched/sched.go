@@ -45,6 +45,16 @@ const (
 	maxExplainedChoices = 3
 )
 
+// The controller does not rank the whole fleet for a reservation: it ranks best-fit windows
+// (the WindowNodes placeable nodes with the fewest available slots that could hold the
+// request, then the next WindowNodes), and ranks every candidate only after
+// WindowsBeforeFullScan windows yield nothing. internal/alloc walks the windows; the placement
+// benchmark walks them the same way, so the policy it measures is the one in production.
+const (
+	WindowNodes           = 8
+	WindowsBeforeFullScan = 4
+)
+
 // DefaultPolicy is the H200 v1 policy: 1 any, 2 NUMA-preferred, 4 NUMA-required, 8 full host,
 // any other count NUMA-preferred.
 func DefaultPolicy(gpus int) Policy {
@@ -113,6 +123,7 @@ type Choice struct {
 	SlotIndexes     []int    // ascending
 	NUMANodes       []int    // distinct NUMA groups used, ascending (-1 = unknown)
 	SingleNUMA      bool
+	FullHost        bool // every approved slot of the node (full_host policy)
 	NodeInSliceMode bool
 	GroupFragmented bool // a chosen group already had claimed/unavailable slots before this pick
 	GroupRemainder  int  // free slots left in the chosen group(s) after the pick
@@ -383,6 +394,14 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 	return out
 }
 
+// Settled reports whether a ranking of part of the fleet (a best-fit window) can be taken as it
+// is: its best choice uses one NUMA group, or a whole node. When the best a window offers spans
+// groups, a node outside the window may still offer one group, so the controller reads on and
+// takes a span only from the whole fleet's ranking (NUMA-local whenever feasible).
+func (o Outcome) Settled() bool {
+	return len(o.Choices) > 0 && (o.Choices[0].SingleNUMA || o.Choices[0].FullHost)
+}
+
 // plural formats "1 slot is" / "3 slots are".
 func plural(n int, one, many string) string {
 	if n == 1 {
@@ -465,6 +484,7 @@ func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int) 
 		SlotIDs:         make([]string, len(ps)),
 		SlotIndexes:     make([]int, len(ps)),
 		SingleNUMA:      len(used) == 1,
+		FullHost:        k == kindFullHost,
 		NodeInSliceMode: nd.ClaimedSlots > 0,
 		NodeRemainder:   len(nd.FreeSlots) - len(ps),
 	}

@@ -515,6 +515,33 @@ func TestFullHostNeedsEveryApprovedSlot(t *testing.T) {
 	}
 }
 
+// A window's ranking is settled only when its best choice is as local as any node could
+// offer: one NUMA group, or a full host; spans and nothing are not.
+func TestSettled(t *testing.T) {
+	spans := []Node{node("a", 6, 3, 7), node("b", 6, 2, 6)}
+	for _, c := range []struct {
+		name  string
+		req   Request
+		nodes []Node
+		want  bool
+	}{
+		{"only spans", Request{GPUs: 2}, spans, false},
+		{"a group beside spans", Request{GPUs: 2}, append(spans[:2:2], node("c", 5, 5, 6, 7)), true},
+		{"one slot", Request{GPUs: 1}, spans, true},
+		{"full host", Request{GPUs: 8}, []Node{node("d", 0, 0, 1, 2, 3, 4, 5, 6, 7)}, true},
+		{"nothing fits", Request{GPUs: 4}, spans, false},
+		{"invalid request", Request{GPUs: 0}, spans, false},
+	} {
+		o := PlaceSlice(c.req, c.nodes)
+		if got := o.Settled(); got != c.want {
+			t.Errorf("%s: settled %v, want %v (%s)", c.name, got, c.want, Explain(o))
+		}
+		if len(o.Choices) > 0 && o.Choices[0].FullHost != (c.req.GPUs == 8) {
+			t.Errorf("%s: FullHost %v on %s", c.name, o.Choices[0].FullHost, o.Choices[0].Reason)
+		}
+	}
+}
+
 // TestPackingKeepsWholeGroups places requests one after another the way the controller
 // would and checks that small requests pack into broken groups, leaving whole groups for
 // 4-GPU requests and whole clean nodes for 8-GPU requests.

@@ -3,8 +3,10 @@
 // NUMA groups of four), comparing gpuaas's scheduler (internal/sched) with first-fit,
 // best-fit and random placement on the same request sequence. It measures, per offered load:
 // the share of 4- and 8-GPU requests served, fragmentation (the FGD measure: the share of free
-// GPUs that cannot host the next request, weighted by the request mix), NUMA-local placement,
-// and, separately, the allocation ratio at the first rejection when filling an empty fleet.
+// GPUs that cannot host the next request, weighted by the request mix), the same unusable free
+// GPUs as a share of the fleet, NUMA-local placement and the allocation ratio at the first
+// rejection; and, separately, the allocation ratio at the first rejection when filling an empty
+// fleet without departures.
 package placement
 
 import (
@@ -12,6 +14,7 @@ import (
 	"math"
 	"math/rand"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/sched"
@@ -33,18 +36,38 @@ func meanSize() float64 {
 	return m
 }
 
-// Cluster is the fleet: used[node][slot].
+// Cluster is the fleet: used[node][slot], and the names the scheduler sees (made once, so a
+// decision does not format thousands of strings).
 type Cluster struct {
-	used [][]bool
+	used    [][]bool
+	ids     []string   // node id: its index
+	names   []string   // node name: n00000, so name order is index order
+	slotIDs [][]string // "node:slot"
 }
 
 // NewCluster is n empty nodes.
 func NewCluster(n int) *Cluster {
-	c := &Cluster{used: make([][]bool, n)}
+	c := &Cluster{used: make([][]bool, n), ids: make([]string, n), names: make([]string, n), slotIDs: make([][]string, n)}
 	for i := range c.used {
 		c.used[i] = make([]bool, slotsPerNode)
+		c.ids[i] = strconv.Itoa(i)
+		c.names[i] = fmt.Sprintf("n%05d", i)
+		c.slotIDs[i] = make([]string, slotsPerNode)
+		for s := range c.slotIDs[i] {
+			c.slotIDs[i][s] = fmt.Sprintf("%d:%d", i, s)
+		}
 	}
 	return c
+}
+
+func (c *Cluster) freeCount(n int) int {
+	k := 0
+	for _, u := range c.used[n] {
+		if !u {
+			k++
+		}
+	}
+	return k
 }
 
 func (c *Cluster) free(n int) []int {
@@ -81,40 +104,92 @@ func (c *Cluster) fits(n, size int) bool {
 	return len(f) >= size
 }
 
+// groupFits reports whether some node has size free slots in one NUMA group.
+func (c *Cluster) groupFits(size int) bool {
+	for _, slots := range c.used {
+		for g := 0; g < slotsPerNode; g += groupSize {
+			k := 0
+			for _, u := range slots[g : g+groupSize] {
+				if !u {
+					k++
+				}
+			}
+			if k >= size {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Placer picks slots for a request, or says it cannot.
 type Placer interface {
 	Name() string
 	Place(c *Cluster, size int, rng *rand.Rand) (node int, slots []int, ok bool)
 }
 
-// Ours is gpuaas's scheduler (sched.PlaceSlice with the SKU's default topology policies).
-type Ours struct{}
+// Ours is gpuaas's scheduler as the controller runs it (internal/alloc): sched.PlaceSlice with
+// the SKU's default topology policies over best-fit windows of sched.WindowNodes nodes (the
+// fewest free slots that can still hold the request, then name), the next window while one's
+// ranking is not settled (nothing, or only spans), and every node after
+// sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
+// path alone (what DecisionCost times).
+type Ours struct{ FullScan bool }
 
 // Name is "gpuaas".
 func (Ours) Name() string { return "gpuaas" }
 
-// Place asks internal/sched.
-func (Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
-	nodes := make([]sched.Node, 0, len(c.used))
+// Place asks internal/sched, window by window.
+func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
+	var byFree [slotsPerNode + 1][]int
 	for n := range c.used {
-		f := c.free(n)
-		if len(f) < size {
-			continue
+		if f := c.freeCount(n); f >= size {
+			byFree[f] = append(byFree[f], n)
 		}
-		sn := sched.Node{ID: fmt.Sprint(n), Name: fmt.Sprintf("n%05d", n), GroupSize: map[int]int{0: groupSize, 1: groupSize},
-			ApprovedSlots: slotsPerNode, ClaimedSlots: slotsPerNode - len(f)}
-		for _, s := range f {
-			sn.FreeSlots = append(sn.FreeSlots, sched.Slot{ID: fmt.Sprintf("%d:%d", n, s), SlotIndex: s, NUMANode: s / groupSize})
-		}
-		nodes = append(nodes, sn)
 	}
-	out := sched.PlaceSlice(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)}, nodes)
+	order := make([]int, 0, len(c.used))
+	for f := size; f <= slotsPerNode; f++ {
+		order = append(order, byFree[f]...) // by free slots, then index (= name)
+	}
+	if !o.FullScan {
+		for w := 0; w < sched.WindowsBeforeFullScan && w*sched.WindowNodes < len(order); w++ {
+			win := order[w*sched.WindowNodes : min(len(order), (w+1)*sched.WindowNodes)]
+			if out := c.rank(size, win); out.Settled() {
+				return c.first(out)
+			}
+			if len(win) < sched.WindowNodes {
+				break
+			}
+		}
+	}
+	return c.first(c.rank(size, order))
+}
+
+// rank runs sched.PlaceSlice over the given nodes.
+func (c *Cluster) rank(size int, nodes []int) sched.Outcome {
+	in := make([]sched.Node, 0, len(nodes))
+	for _, n := range nodes {
+		f := c.free(n)
+		sn := sched.Node{ID: c.ids[n], Name: c.names[n], GroupSize: map[int]int{0: groupSize, 1: groupSize},
+			ApprovedSlots: slotsPerNode, ClaimedSlots: slotsPerNode - len(f), FreeSlots: make([]sched.Slot, len(f))}
+		for i, s := range f {
+			sn.FreeSlots[i] = sched.Slot{ID: c.slotIDs[n][s], SlotIndex: s, NUMANode: s / groupSize}
+		}
+		in = append(in, sn)
+	}
+	return sched.PlaceSlice(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)}, in)
+}
+
+// first is an outcome's best choice as a node index and slots.
+func (c *Cluster) first(out sched.Outcome) (int, []int, bool) {
 	if len(out.Choices) == 0 {
 		return 0, nil, false
 	}
 	ch := out.Choices[0]
-	var n int
-	fmt.Sscan(ch.NodeID, &n)
+	n, err := strconv.Atoi(ch.NodeID)
+	if err != nil {
+		panic("placement: the scheduler returned a node the simulation did not give it: " + ch.NodeID)
+	}
 	return n, ch.SlotIndexes, true
 }
 
@@ -186,16 +261,26 @@ func pick(c *Cluster, n, size int) []int {
 // Placers are the compared policies, ours first.
 func Placers() []Placer { return []Placer{Ours{}, firstFit{}, bestFit{}, random{}} }
 
-// Result is one policy at one offered load.
+// Result is one policy at one offered load (one seed, or the mean over seeds).
 type Result struct {
 	Policy        string  `json:"policy"`
 	OfferedLoad   float64 `json:"offered_load"`
+	Seed          int64   `json:"seed,omitempty"` // 0 in a mean over seeds
 	Served4       float64 `json:"served_4gpu"`
 	Served8       float64 `json:"served_8gpu"`
 	ServedAll     float64 `json:"served_all"`
 	Fragmentation float64 `json:"fragmentation"`
-	NUMALocal     float64 `json:"numa_local"`
-	Utilization   float64 `json:"utilization"`
+	// Unusable is the same expected unusable free GPUs as Fragmentation, as a share of all the
+	// fleet's GPUs instead of its free ones: it does not reward leaving more GPUs free.
+	Unusable  float64 `json:"unusable_free_gpus_of_fleet"`
+	NUMALocal float64 `json:"numa_local"`
+	// NUMALocalFeasible is NUMALocal over the 2- and 4-GPU placements made while some node had
+	// one NUMA group with room for them (the target: 100% whenever feasible).
+	NUMALocalFeasible float64 `json:"numa_local_when_feasible"`
+	Utilization       float64 `json:"utilization"`
+	// FirstRejection is the share of GPUs in use when the first request of the run (from an
+	// empty fleet) was refused; 0 when none was.
+	FirstRejection float64 `json:"alloc_ratio_at_first_rejection,omitempty"`
 }
 
 type event struct {
@@ -242,8 +327,8 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	var live []running
 	now := 0.0
 	var asked, served [9]int
-	multi, local := 0, 0
-	var fragSum, utilSum float64
+	multi, local, feasible, feasibleLocal := 0, 0, 0, 0
+	var fragSum, unusableSum, utilSum, firstRejection float64
 	samples := 0
 	for i, e := range ev {
 		now += e.gap
@@ -263,7 +348,11 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 		if measure {
 			asked[e.size]++
 		}
+		localFeasible := measure && e.size > 1 && e.size < 8 && c.groupFits(e.size)
 		n, slots, ok := p.Place(c, e.size, rng)
+		if !ok && firstRejection == 0 {
+			firstRejection = utilization(c)
+		}
 		if ok {
 			for _, s := range slots {
 				c.used[n][s] = true
@@ -276,19 +365,31 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 					if singleGroup(slots) {
 						local++
 					}
+					if localFeasible {
+						feasible++
+						if singleGroup(slots) {
+							feasibleLocal++
+						}
+					}
 				}
 			}
 		}
 		if measure && i%50 == 0 {
-			fragSum += Fragmentation(c)
+			unusable, free := unusableFree(c)
+			if free > 0 {
+				fragSum += unusable / float64(free)
+			}
+			unusableSum += unusable / float64(len(c.used)*slotsPerNode)
 			utilSum += utilization(c)
 			samples++
 		}
 	}
-	r := Result{Policy: p.Name(), OfferedLoad: load, Served4: ratio(served[4], asked[4]), Served8: ratio(served[8], asked[8]),
-		ServedAll: ratio(served[1]+served[2]+served[4]+served[8], asked[1]+asked[2]+asked[4]+asked[8]), NUMALocal: ratio(local, multi)}
+	r := Result{Policy: p.Name(), OfferedLoad: load, Seed: seed, Served4: ratio(served[4], asked[4]), Served8: ratio(served[8], asked[8]),
+		ServedAll: ratio(served[1]+served[2]+served[4]+served[8], asked[1]+asked[2]+asked[4]+asked[8]), NUMALocal: ratio(local, multi),
+		NUMALocalFeasible: ratio(feasibleLocal, feasible),
+		FirstRejection:    firstRejection}
 	if samples > 0 {
-		r.Fragmentation, r.Utilization = fragSum/float64(samples), utilSum/float64(samples)
+		r.Fragmentation, r.Unusable, r.Utilization = fragSum/float64(samples), unusableSum/float64(samples), utilSum/float64(samples)
 	}
 	return r
 }
@@ -321,8 +422,16 @@ func utilization(c *Cluster) float64 {
 // next request, over the request mix (a free GPU is unusable for size s when its node cannot
 // place s).
 func Fragmentation(c *Cluster) float64 {
-	free := 0
-	unusable := 0.0
+	unusable, free := unusableFree(c)
+	if free == 0 {
+		return 0
+	}
+	return unusable / float64(free)
+}
+
+// unusableFree is the expected number of free GPUs that cannot serve the next request, over
+// the request mix, and the number of free GPUs.
+func unusableFree(c *Cluster) (unusable float64, free int) {
 	for n := range c.used {
 		f := len(c.free(n))
 		if f == 0 {
@@ -335,10 +444,7 @@ func Fragmentation(c *Cluster) float64 {
 			}
 		}
 	}
-	if free == 0 {
-		return 0
-	}
-	return unusable / float64(free)
+	return unusable, free
 }
 
 // FillRatio fills an empty fleet with the workload's requests (no departures) and returns the
@@ -358,20 +464,78 @@ func FillRatio(p Placer, nodes int, seed int64) float64 {
 	return utilization(c)
 }
 
-// Sweep runs every policy at every load.
-func Sweep(nodes, events int, loads []float64, seed int64) []Result {
+// Sweep runs every policy at every load with every seed (each seed is its own request
+// sequence, the same for every policy), ordered by load, seed, then Placers' order.
+func Sweep(nodes, events int, loads []float64, seeds []int64) []Result {
 	var out []Result
 	for _, l := range loads {
-		for _, p := range Placers() {
-			out = append(out, Churn(p, nodes, events, l, seed))
+		for _, seed := range seeds {
+			for _, p := range Placers() {
+				out = append(out, Churn(p, nodes, events, l, seed))
+			}
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].OfferedLoad < out[j].OfferedLoad })
 	return out
 }
 
+// Spread is the mean of one policy at one load over seeds, with the fragmentation and the
+// unusable share of the fleet of the best and worst seed.
+type Spread struct {
+	Mean             Result
+	FragMin, FragMax float64
+	UnusMin, UnusMax float64
+	Seeds            int
+}
+
+// Means averages Sweep's results per policy and load, in order of first appearance. The
+// allocation ratio at the first rejection is averaged over the seeds that had a rejection.
+func Means(rs []Result) []Spread {
+	var out []Spread
+	index := map[[2]any]int{}
+	rejected := map[int]int{}
+	for _, r := range rs {
+		k := [2]any{r.Policy, r.OfferedLoad}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			out = append(out, Spread{Mean: Result{Policy: r.Policy, OfferedLoad: r.OfferedLoad},
+				FragMin: math.Inf(1), FragMax: math.Inf(-1), UnusMin: math.Inf(1), UnusMax: math.Inf(-1)})
+		}
+		s := &out[i]
+		s.Seeds++
+		m := &s.Mean
+		m.Served4 += r.Served4
+		m.Served8 += r.Served8
+		m.ServedAll += r.ServedAll
+		m.Fragmentation += r.Fragmentation
+		m.Unusable += r.Unusable
+		m.NUMALocal += r.NUMALocal
+		m.NUMALocalFeasible += r.NUMALocalFeasible
+		m.Utilization += r.Utilization
+		if r.FirstRejection > 0 {
+			m.FirstRejection += r.FirstRejection
+			rejected[i]++
+		}
+		s.FragMin, s.FragMax = min(s.FragMin, r.Fragmentation), max(s.FragMax, r.Fragmentation)
+		s.UnusMin, s.UnusMax = min(s.UnusMin, r.Unusable), max(s.UnusMax, r.Unusable)
+	}
+	for i := range out {
+		m, n := &out[i].Mean, float64(out[i].Seeds)
+		m.Served4, m.Served8, m.ServedAll, m.Fragmentation = m.Served4/n, m.Served8/n, m.ServedAll/n, m.Fragmentation/n
+		m.Unusable, m.NUMALocal, m.NUMALocalFeasible, m.Utilization = m.Unusable/n, m.NUMALocal/n, m.NUMALocalFeasible/n, m.Utilization/n
+		if k := rejected[i]; k > 0 {
+			m.FirstRejection /= float64(k)
+		}
+	}
+	return out
+}
+
 // DecisionCost is scheduler CPU per placement decision on a fleet of n nodes (half of each
-// node's slots in use, a 2-GPU request), averaged over reps decisions (issue 9, item 6).
+// node's slots in use, a 2-GPU request), averaged over reps decisions (issue 9, item 6), with
+// every node ranked at once: the controller's fallback path, and the cost that grows with the
+// fleet (a window ranks sched.WindowNodes nodes).
 func DecisionCost(n, reps int) time.Duration {
 	c := NewCluster(n)
 	for i := range c.used {
@@ -381,7 +545,7 @@ func DecisionCost(n, reps int) time.Duration {
 	}
 	start := time.Now()
 	for i := 0; i < reps; i++ {
-		if _, _, ok := (Ours{}).Place(c, 2, nil); !ok {
+		if _, _, ok := (Ours{FullScan: true}).Place(c, 2, nil); !ok {
 			return -1
 		}
 	}
