@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -333,7 +334,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	var id string
 	attempts, lost := 0, 0
 	outcome, err := s.placeSlice(ctx, tx, r, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
-		for _, ch := range out.Choices {
+		// The best choice first; after a lost race the rest of its tier in random order, so
+		// concurrent requests scatter instead of convoying down the same list.
+		for _, ch := range sched.SpreadTies(out.Choices, rand.IntN) {
 			if attempts >= s.cfg.MaxAttempts {
 				return true, nil
 			}

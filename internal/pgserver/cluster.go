@@ -37,7 +37,7 @@ func (s *Server) serverSettings() []string {
 	if s.opts.Ephemeral {
 		set = append(set, "fsync=off", "synchronous_commit=off", "full_page_writes=off")
 	}
-	return set
+	return append(set, s.opts.Settings...)
 }
 
 func (s *Server) startPostmaster(ctx context.Context) error {

@@ -38,6 +38,9 @@ type Options struct {
 	// synchronous_commit and full_page_writes off. The cluster is also stopped, and its
 	// files removed, when this process exits without calling Stop (killed, timed out).
 	Ephemeral bool
+	// Settings are extra server settings (name=value), e.g. benchmarks loading
+	// pg_stat_statements.
+	Settings []string
 }
 
 // Server is a running cluster, owned by this process until Stop.

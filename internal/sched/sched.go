@@ -134,6 +134,11 @@ type Choice struct {
 	// negative when the pick uses up GPUs that some sizes could not use anyway.
 	FragmentationDelta float64
 	Reason             string
+	// Tier numbers the choices' ranking classes, best first: choices with the same Tier are
+	// equally good by the policy and differ only in the deterministic tie-breakers (slot
+	// index, node name, id). Concurrent schedulers spread over a tier (SpreadTies) instead of
+	// all racing for its first choice.
+	Tier int
 }
 
 // Outcome is the ranked result, or a diagnosis when nothing fits.
@@ -367,6 +372,12 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 		for i, k := range order {
 			out.Choices[i] = cands[k].Choice
 			out.Choices[i].Reason = reason(&cands[k])
+			if i > 0 {
+				out.Choices[i].Tier = out.Choices[i-1].Tier
+				if !tied(&cands[order[i-1]], &cands[k]) {
+					out.Choices[i].Tier++
+				}
+			}
 		}
 		return out
 	}
@@ -636,6 +647,40 @@ func itoa(v int) string {
 		buf[i] = '-'
 	}
 	return string(buf[i:])
+}
+
+// tied reports whether a and b are equal on every criterion of less before the
+// deterministic tie-breakers.
+func tied(a, b *ranked) bool {
+	return a.SingleNUMA == b.SingleNUMA && a.NodeInSliceMode == b.NodeInSliceMode && a.frag == b.frag &&
+		a.GroupFragmented == b.GroupFragmented && a.GroupRemainder == b.GroupRemainder &&
+		a.NodeRemainder == b.NodeRemainder && a.groups == b.groups
+}
+
+// SpreadTies returns the choices in the order a scheduler should try them: the best choice
+// first, then tier by tier, each tier shuffled by intn (e.g. math/rand/v2.IntN). With
+// best-fit ranking concurrent requests see the same ranking; tried in the same order they
+// convoy, one winning per round and the rest losing a lock race on each choice in turn (16
+// concurrent clients made four lock attempts per create). The first choice stays first: a
+// request that meets no competition takes exactly what the ranking says (its name
+// tie-break packs equal nodes in order, which the placement simulation shows keeps
+// fragmentation lower than picking among them at random); only the requests that lost it
+// scatter over the rest of its tier. The input is not modified.
+func SpreadTies(choices []Choice, intn func(int) int) []Choice {
+	out := append([]Choice(nil), choices...)
+	for lo := 1; lo < len(out); {
+		hi := lo + 1
+		for hi < len(out) && out[hi].Tier == out[lo].Tier {
+			hi++
+		}
+		run := out[lo:hi]
+		for i := len(run) - 1; i > 0; i-- {
+			j := intn(i + 1)
+			run[i], run[j] = run[j], run[i]
+		}
+		lo = hi
+	}
+	return out
 }
 
 // less is the ranking: single NUMA, slice-mode node, smallest fragmentation change,

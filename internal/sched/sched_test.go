@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,13 +45,7 @@ func short(c Choice) string {
 	return c.NodeName + ":" + strings.Join(s, ",")
 }
 
-func shorts(o Outcome) []string {
-	var out []string
-	for _, c := range o.Choices {
-		out = append(out, short(c))
-	}
-	return out
-}
+func shorts(o Outcome) []string { return shortsOf(o.Choices) }
 
 func TestPlaceSlice(t *testing.T) {
 	cases := []struct {
@@ -867,4 +862,69 @@ func BenchmarkPlaceSlice(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Equally good choices share a tier and only they do; SpreadTies keeps the best choice
+// first and the tiers in order and shuffles the rest inside each tier, so every other
+// member of a tier is sometimes tried right after the ones before it.
+func TestTiersAndSpreadTies(t *testing.T) {
+	nodes := []Node{node("c1", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("half", 4, 4, 5, 6, 7),
+		node("c2", 0, 0, 1, 2, 3, 4, 5, 6, 7), node("c3", 0, 0, 1, 2, 3, 4, 5, 6, 7)}
+	out := PlaceSlice(Request{GPUs: 4}, nodes)
+	tiers := map[int][]string{}
+	for i, c := range out.Choices {
+		if i > 0 && c.Tier < out.Choices[i-1].Tier {
+			t.Fatalf("tiers out of order: %v", out.Choices)
+		}
+		tiers[c.Tier] = append(tiers[c.Tier], short(c))
+	}
+	// The half-used node fills a node: alone in the best tier. The clean nodes' groups are
+	// interchangeable: one tier of six.
+	if !reflect.DeepEqual(tiers[0], []string{"half:4,5,6,7"}) || len(tiers[1]) != 6 || len(tiers) != 2 {
+		t.Fatalf("tiers %v", tiers)
+	}
+	rnd := rand.New(rand.NewSource(1))
+	firstOfTier1 := map[string]int{}
+	for range 300 {
+		got := SpreadTies(out.Choices, rnd.Intn)
+		if short(got[0]) != "half:4,5,6,7" || len(got) != len(out.Choices) {
+			t.Fatalf("spread moved the best choice: %v", shortsOf(got))
+		}
+		rest := append([]string(nil), shortsOf(got[1:])...)
+		want := append([]string(nil), tiers[1]...)
+		slices.Sort(rest)
+		slices.Sort(want)
+		if !slices.Equal(rest, want) {
+			t.Fatalf("spread changed tier 1's members: %v", rest)
+		}
+		firstOfTier1[short(got[1])]++
+	}
+	if len(firstOfTier1) != 6 {
+		t.Fatalf("tier 1 tried first: %v, want each of its 6 choices sometimes", firstOfTier1)
+	}
+	if short(out.Choices[1]) != tiers[1][0] {
+		t.Fatal("SpreadTies modified its input")
+	}
+	// Without the half-used node the best tier is the clean groups: its first stays first,
+	// the other five scatter behind it.
+	out = PlaceSlice(Request{GPUs: 4}, []Node{nodes[0], nodes[2], nodes[3]})
+	second := map[string]int{}
+	for range 300 {
+		got := SpreadTies(out.Choices, rnd.Intn)
+		if short(got[0]) != short(out.Choices[0]) {
+			t.Fatalf("the best choice %s was not tried first: %v", short(out.Choices[0]), shortsOf(got))
+		}
+		second[short(got[1])]++
+	}
+	if len(second) != 5 {
+		t.Fatalf("tried second: %v, want each of the tier's other 5", second)
+	}
+}
+
+func shortsOf(cs []Choice) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, short(c))
+	}
+	return out
 }

@@ -59,6 +59,9 @@ type Options struct {
 	BinDir     string   // holds gpuaas-controller
 	ExtraFlags []string // appended to `gpuaas-controller serve`
 	Pprof      bool     // serve the controller's Go profiles on a loopback port (Env.Pprof)
+	// Statements loads pg_stat_statements, so a run can report where PostgreSQL's time went
+	// (Env.TopStatements).
+	Statements bool
 }
 
 // Start boots PostgreSQL, migrates, seeds a tenant, its token and a slice image, and starts
@@ -70,7 +73,11 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err := os.Chmod(o.Dir, 0o755); err != nil { // the postgres user traverses it when run as root
 		return nil, err
 	}
-	pg, err := pgserver.Start(ctx, pgserver.Options{Dir: filepath.Join(o.Dir, "pg")})
+	pgo := pgserver.Options{Dir: filepath.Join(o.Dir, "pg")}
+	if o.Statements {
+		pgo.Settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+	}
+	pg, err := pgserver.Start(ctx, pgo)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

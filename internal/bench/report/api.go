@@ -24,6 +24,14 @@ type apiSuite struct {
 	PGVersion    string             `json:"postgres_version"`
 	Wakeup       []apibench.Result  `json:"wakeup_off,omitempty"`
 	Extra        map[string]float64 `json:"extra,omitempty"`
+	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
+	// (pg_stat_statements), by kind, with the pairs they completed.
+	Statements map[string]statementRun `json:"statements,omitempty"`
+}
+
+type statementRun struct {
+	Pairs int                  `json:"pairs"`
+	Top   []benchenv.Statement `json:"top"`
 }
 
 func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*apiSuite, error) {
@@ -31,7 +39,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	if quick {
 		s.Fleets, s.SecondsEach = []int{500}, 5
 	}
-	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, Pprof: profile})
+	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, Pprof: profile, Statements: true})
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +74,12 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 					return nil, err
 				}
 				var r apibench.Result
+				stmts := c == 16 && fleet == s.Fleets[len(s.Fleets)-1]
+				if stmts {
+					if err := env.ResetStatements(ctx); err != nil {
+						return nil, err
+					}
+				}
 				if kind == "api" {
 					var prof chan error
 					if profile && c == 16 {
@@ -85,6 +99,16 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 				}
 				if err != nil {
 					return nil, fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
+				}
+				if stmts {
+					top, err := env.TopStatements(ctx, 12)
+					if err != nil {
+						return nil, err
+					}
+					if s.Statements == nil {
+						s.Statements = map[string]statementRun{}
+					}
+					s.Statements[kind] = statementRun{Pairs: r.Pairs, Top: top}
 				}
 				fmt.Printf("api: %-7s %5d nodes %2d clients: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  unplaced %d errors %v\n",
 					kind, fleet, c, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.Unplaced, r.Errors)
@@ -182,6 +206,17 @@ func (s *apiSuite) markdown() string {
 			vs = fmt.Sprintf("%.1fx", ratio(total, p["postgres"]+p["pgbench"]))
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.Nodes, r.Clients, r.Kind, ctl, c["postgres"], gen, total, vs)
+	}
+	for _, kind := range []string{"api", "pgbench"} {
+		run, ok := s.Statements[kind]
+		if !ok || run.Pairs == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n**Where PostgreSQL's time went, %s, 16 clients, %d nodes** (pg_stat_statements: execution time, wall, lock waits included; per completed pair)\n\n| statement | calls/pair | ms/pair | rows/call |\n|---|---|---|---|\n", kind, s.Fleets[len(s.Fleets)-1])
+		for _, st := range run.Top {
+			q := strings.ReplaceAll(st.Query, "|", "\\|")
+			fmt.Fprintf(&b, "| `%s` | %.2f | %.3f | %.1f |\n", q, float64(st.Calls)/float64(run.Pairs), st.TotalMS/float64(run.Pairs), ratio(float64(st.Rows), float64(st.Calls)))
+		}
 	}
 	b.WriteString("\n**Targets**\n\n")
 	for _, fleet := range s.Fleets {
