@@ -147,7 +147,7 @@ func labFaultsScript(prov, rel []string) string {
 		}
 		for _, k := range round {
 			w("waitalloc $A%d active 15m", k)
-			w("recordoutcome $A%d %s", k, task.TypeVMProvision)
+			w("recordoutcome $A%d %s %d", k, task.TypeVMProvision, len(as[k].prov)+1)
 			w("exec virsh -c qemu:///system domstate gpuaas-$A%d", k)
 			w("stdout running")
 		}
@@ -159,7 +159,7 @@ func labFaultsScript(prov, rel []string) string {
 				kill()
 			}
 			w("waitalloc $A%d released 10m", k)
-			w("recordoutcome $A%d %s", k, task.TypeVMRelease)
+			w("recordoutcome $A%d %s %d", k, task.TypeVMRelease, len(as[k].rel)+1)
 			w("! exec virsh -c qemu:///system domstate gpuaas-$A%d", k)
 			w("! exists $WORK/data/slices/$A%d", k)
 			w("! exec grep -rl $A%d $WORK/data/node-scheduler/leases", k)

@@ -216,16 +216,23 @@ func waitParked(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// recordOutcome records how an allocation's task ended (it must have ended) and what the
-// last attempt did differently (adopted a running domain, skipped, failed). A release must
-// have proved every wipe. Usage: recordoutcome ALLOC TYPE
+// recordOutcome records how an allocation's task ended and what the last attempt did
+// differently (adopted a running domain, skipped, failed). The task must have succeeded, on
+// attempt ATTEMPT when given; a release must have proved every wipe.
+// Usage: recordoutcome ALLOC TYPE [ATTEMPT]
 func recordOutcome(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: recordoutcome ALLOC TYPE")
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: recordoutcome ALLOC TYPE [ATTEMPT]")
 	}
 	t := allocTask(ts, args[0], args[1])
 	if t == nil {
 		ts.Fatalf("%s: no %s task", args[0], args[1])
+	}
+	if t.Status != "succeeded" {
+		ts.Fatalf("%s: %s %s on attempt %d: %s", args[0], args[1], t.Status, t.Attempt, t.Error)
+	}
+	if len(args) == 3 && strconv.Itoa(t.Attempt) != args[2] {
+		ts.Fatalf("%s: %s succeeded on attempt %d, want %s", args[0], args[1], t.Attempt, args[2])
 	}
 	a, err := scriptClient(ts).GetAllocation(context.Background(), args[0])
 	ts.Check(err)
@@ -236,7 +243,7 @@ func recordOutcome(ts *testscript.TestScript, neg bool, args []string) {
 			r.Notes = append(r.Notes, p.Name+" "+p.Status+": "+p.Note())
 		}
 	}
-	if args[1] == string(task.TypeVMRelease) && t.Status == "succeeded" {
+	if args[1] == string(task.TypeVMRelease) {
 		var out task.ReleaseOutput
 		ts.Check(json.Unmarshal(t.Output, &out))
 		if len(out.Wiped) == 0 {
