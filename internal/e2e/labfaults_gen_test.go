@@ -36,15 +36,19 @@ func TestLabFaults(t *testing.T) {
 	}
 	_ = os.Remove(report)
 	start := time.Now()
+	// The script runs as a parallel subtest, after this function returns: report at cleanup.
+	t.Cleanup(func() {
+		table, err := labFaultsTable(report)
+		if err != nil {
+			t.Errorf("report: %v", err)
+			return
+		}
+		t.Logf("lab faults: %s in total\n%s", time.Since(start).Round(time.Second), table)
+		if md := os.Getenv("LABFAULTS_TABLE"); md != "" {
+			_ = os.WriteFile(md, []byte(table), 0o644)
+		}
+	})
 	testscript.Run(t, scriptParams(t, dir, func(env *testscript.Env) { env.Setenv(labFaultsReportEnv, report) }))
-	table, err := labFaultsTable(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("lab faults: %s in total\n%s", time.Since(start).Round(time.Second), table)
-	if md := os.Getenv("LABFAULTS_TABLE"); md != "" {
-		_ = os.WriteFile(md, []byte(table), 0o644)
-	}
 }
 
 // labAlloc is one allocation of the run: the phases its provisioning is killed in (attempt
