@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,8 +244,17 @@ func labFaultsTable(path string) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", err
 	}
+	// In phase order, provisioning first (the report is in the order the kills happened).
+	rank := func(r labFaultRecord) int {
+		i := slices.Index(task.PhasesOf(r.Type), r.Phase)
+		if r.Type == string(task.TypeVMRelease) {
+			i += 100
+		}
+		return i
+	}
+	slices.SortStableFunc(kills, func(a, b labFaultRecord) int { return rank(a) - rank(b) })
 	var b strings.Builder
-	b.WriteString("| task | killed in phase (hostd parked in) | attempt | controller had been told | task ended | allocation | what the next attempt did |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| task | killed in phase | hostd parked in | attempt | what the controller had been told | task ended | allocation | the attempt that succeeded (besides lab skips) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, k := range kills {
 		o := outcome[k.Alloc+k.Type]
 		end := "no outcome recorded"
@@ -255,8 +265,12 @@ func labFaultsTable(path string) (string, error) {
 		if o.Reason != "" {
 			alloc += " (" + o.Reason + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s (%s) | %d | %s | %s | %s %s | %s |\n", strings.TrimPrefix(k.Type, "slice."), k.Phase, k.Parked, k.Attempt,
-			k.Controller, end, k.Alloc[:8], alloc, strings.Join(o.Notes, "; "))
+		notes := strings.Join(o.Notes, "; ")
+		if notes == "" {
+			notes = "every phase ok"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s %s | %s |\n", strings.TrimPrefix(k.Type, "slice."), k.Phase, k.Parked, k.Attempt,
+			k.Controller, end, k.Alloc[:8], alloc, notes)
 	}
 	return b.String(), nil
 }
