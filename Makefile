@@ -23,7 +23,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab bench soak lint completions deps clean fuzz
+.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults bench soak lint completions deps clean fuzz
 
 all: build
 
@@ -81,6 +81,15 @@ demo: deps build
 # its phase timings.
 lab: deps
 	$(GO) test -count=1 -v -run 'TestScripts/lab_vm' ./internal/e2e | grep -E 'slice\.vm_(provision|release) #|^\s*--- |^(ok|FAIL)'
+
+# lab-faults kills gpuaas-hostd (SIGKILL) inside every provisioning and release phase of
+# lab slice VMs (root, libvirtd; ~9 VM boots, tens of minutes; docs/testing.md) and prints
+# the per-kill outcome table (also written to bin/lab-faults.md).
+lab-faults: deps
+	@mkdir -p bin
+	set -o pipefail; GPUAAS_LAB_FAULTS=1 LABFAULTS_OUT=$(CURDIR)/bin/lab-faults.jsonl LABFAULTS_TABLE=$(CURDIR)/bin/lab-faults.md \
+		$(GO) test -count=1 -timeout 90m -v -run 'TestLabFaults$$' ./internal/e2e 2>&1 | tee bin/lab-faults.log | \
+		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
 
 # bench measures issue 9's targets side by side in one run (these machines are noisy: only
 # ratios within a run are stable) and writes bench/report.md + JSON + plots; up to ~20 minutes.

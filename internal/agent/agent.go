@@ -55,6 +55,7 @@ type Agent struct {
 	running  atomic.Int32
 	m        *metrics
 	host     hostfs.FS
+	knobs    Knobs // testing hooks (zero in the gpuaas-hostd binary)
 	// metricsAddr is where /metrics listens (set once serving).
 	metricsAddr atomic.Value
 }
@@ -404,7 +405,7 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 	keep, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	pump := newProgressPump()
-	rec := &slicevm.Recorder{TaskID: env.TaskID, OnUpdate: pump.update}
+	rec := &slicevm.Recorder{TaskID: env.TaskID, OnUpdate: pump.update, AfterWork: a.knobs.phaseHook(ctx, env, payload)}
 	go func() {
 		// Keep the lease alive through long phases: report progress at least every 10s.
 		t := time.NewTicker(10 * time.Second)

@@ -20,6 +20,11 @@ import (
 
 // Main runs the gpuaas-hostd command line and returns the exit code.
 func Main(version string, args []string, stdout, stderr io.Writer) int {
+	return MainWithKnobs(version, args, stdout, stderr, Knobs{})
+}
+
+// MainWithKnobs is Main for a test binary that sets testing knobs (see Knobs).
+func MainWithKnobs(version string, args []string, stdout, stderr io.Writer, k Knobs) int {
 	root := &cobra.Command{
 		Use:           "gpuaas-hostd",
 		Short:         "gpuaas host daemon: enrolls, long-polls the controller for signed tasks, runs them",
@@ -29,7 +34,7 @@ func Main(version string, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetArgs(args)
-	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr), newDiscoverCmd(stdout), newPrereqCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), newDebugCmd(stdout), newFirmwareCmd(stdout), newBootstrapCmd(stdout), newUnitCmd(stdout), &cobra.Command{
+	root.AddCommand(newEnrollCmd(stdout), newRunCmd(version, stderr, k), newDiscoverCmd(stdout), newPrereqCmd(stdout), newStorageTransitionCmd(stdout), newWipeCmd(stdout), newDebugCmd(stdout), newFirmwareCmd(stdout), newBootstrapCmd(stdout), newUnitCmd(stdout), &cobra.Command{
 		Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 		Run: func(*cobra.Command, []string) { fmt.Fprintf(stdout, "gpuaas-hostd %s\n", version) },
 	})
@@ -69,7 +74,7 @@ func newEnrollCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-func newRunCmd(version string, stderr io.Writer) *cobra.Command {
+func newRunCmd(version string, stderr io.Writer, k Knobs) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Run the host daemon (systemd Type=notify)",
@@ -84,6 +89,7 @@ func newRunCmd(version string, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a.knobs = k
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return a.Run(ctx)

@@ -26,6 +26,10 @@ type Reservation struct {
 	IP           string `json:"ip"`
 	Hostname     string `json:"hostname,omitempty"`
 	AllocationID string `json:"allocation_id"`
+	// LastAck is when the client was last acknowledged: kept with the reservation so a
+	// restarted hostd still knows a running guest holds its lease (readiness of an adopted
+	// domain; a guest renews only at half its 1 h lease).
+	LastAck time.Time `json:"last_ack,omitempty"`
 }
 
 // Config is the network the server hands out.
@@ -75,6 +79,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		for _, r := range rs {
 			s.byMA[r.MAC] = r
+			if !r.LastAck.IsZero() {
+				s.seen[r.MAC] = r.LastAck
+			}
 		}
 	}
 	return s, nil
@@ -82,7 +89,8 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) persist() error {
 	rs := make([]Reservation, 0, len(s.byMA))
-	for _, r := range s.byMA {
+	for m, r := range s.byMA {
+		r.LastAck = s.seen[m]
 		rs = append(rs, r)
 	}
 	b, err := json.MarshalIndent(rs, "", "  ")
@@ -196,6 +204,9 @@ func (s *Server) Reply(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
 	if mt == dhcpv4.MessageTypeAck {
 		s.mu.Lock()
 		s.seen[strings.ToLower(req.ClientHWAddr.String())] = time.Now()
+		if err := s.persist(); err != nil {
+			s.cfg.Logger.Warn("dhcp: lease time not kept", "err", err)
+		}
 		s.mu.Unlock()
 	}
 	return resp

@@ -67,6 +67,11 @@ func TestReservationsAnswerOnlyKnownMACsAndPersist(t *testing.T) {
 	if len(again.Reservations()) != 1 || again.Reply(discover(t, "52:54:00:01:00:00", dhcpv4.MessageTypeDiscover, nil)) == nil {
 		t.Fatal("reservation lost across restart")
 	}
+	// ... and knows the guest holds its lease: a guest that took it before a kill -9 asks
+	// again only at renewal (half the lease), so readiness of the adopted VM needs this.
+	if got, want := again.LeaseSeen("52:54:00:01:00:00"), s.LeaseSeen("52:54:00:01:00:00").Round(0); !got.Equal(want) {
+		t.Fatalf("lease seen after restart = %v, want %v", got, want)
+	}
 	if err := again.Release("52:54:00:01:00:00"); err != nil || again.Reply(discover(t, "52:54:00:01:00:00", dhcpv4.MessageTypeDiscover, nil)) != nil {
 		t.Fatal("released MAC still answered")
 	}

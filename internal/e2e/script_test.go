@@ -35,11 +35,19 @@ func TestMain(m *testing.M) {
 		"gpuaas-controller": func() {
 			os.Exit(controller.Main("e2e", os.Args[1:], os.Stdout, os.Stderr))
 		},
-		"gpuaas-hostd": func() { os.Exit(agent.Main("e2e", os.Args[1:], os.Stdout, os.Stderr)) },
+		"gpuaas-hostd": func() {
+			os.Exit(agent.MainWithKnobs("e2e", os.Args[1:], os.Stdout, os.Stderr, phaseTrapKnobs()))
+		},
 	})
 }
 
 func TestScripts(t *testing.T) {
+	testscript.Run(t, scriptParams(t, filepath.Join("..", "..", "testdata", "script"), nil))
+}
+
+// scriptParams runs the scripts in dir with this package's setup and commands; extra, when
+// set, adds to each script's environment.
+func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscript.Params {
 	pgtest.RequireServer(t)
 	// The embedded PostgreSQL runs as an unprivileged user when we are root: every directory
 	// above a script's $WORK must be traversable.
@@ -51,8 +59,8 @@ func TestScripts(t *testing.T) {
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
-		Dir:         filepath.Join("..", "..", "testdata", "script"),
+	return testscript.Params{
+		Dir:         dir,
 		WorkdirRoot: root,
 		Setup: func(env *testscript.Env) error {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -71,6 +79,9 @@ func TestScripts(t *testing.T) {
 			env.Setenv("GPUAAS_CA_FILE", filepath.Join(state, "tls", "ca.crt"))
 			env.Setenv("GPUAAS_TOKEN_FILE", filepath.Join(state, "admin.token"))
 			env.Setenv("NO_COLOR", "1")
+			if extra != nil {
+				extra(env)
+			}
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -94,10 +105,14 @@ func TestScripts(t *testing.T) {
 			"tmuxkeys":         tmuxKeys,
 			"tmuxwait":         tmuxWait,
 			"tmuxresize":       tmuxResize,
+			"armtrap":          armTrap,
+			"waitparked":       waitParked,
+			"recordoutcome":    recordOutcome,
+			"invariants":       checkInvariants,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,
-	})
+	}
 }
 
 // waitReady polls GET /readyz over HTTPS (trusting the state dir's CA) until it answers 200

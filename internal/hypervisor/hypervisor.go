@@ -27,6 +27,10 @@ const (
 	NotFound State = "not_found"
 )
 
+// Active says whether a domain in this state may still run guest code or hold its disks:
+// anything but shut off or absent (paused, being shut down, blocked, crashed, suspended).
+func (s State) Active() bool { return s != ShutOff && s != NotFound }
+
 // Hypervisor defines, starts, stops and removes domains.
 type Hypervisor interface {
 	Define(xml string) error
@@ -117,13 +121,14 @@ func (h *Libvirt) Shutdown(name string) error {
 	return nil
 }
 
-// Destroy hard-stops a running domain (a stopped one is left alone).
+// Destroy hard-stops an active domain (running, paused, being shut down...; a stopped one is
+// left alone).
 func (h *Libvirt) Destroy(name string) error {
 	d, err := h.lookup(name)
 	if err != nil {
 		return err
 	}
-	if st, _ := h.State(name); st != Running && st != Paused {
+	if st, err := h.State(name); err == nil && !st.Active() {
 		return nil
 	}
 	if err := h.l.DomainDestroy(d); err != nil {

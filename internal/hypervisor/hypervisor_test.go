@@ -123,3 +123,13 @@ func TestLabDomainLifecycleOnRealLibvirt(t *testing.T) {
 		t.Fatal("started an undefined domain")
 	}
 }
+
+// A domain being shut down, paused or crashed still holds its disks: only shut off and
+// absent are inactive (the release wipes nothing under an active one).
+func TestStateActive(t *testing.T) {
+	for st, want := range map[State]bool{Running: true, Paused: true, Other: true, ShutOff: false, NotFound: false} {
+		if st.Active() != want {
+			t.Errorf("%s.Active() = %v, want %v", st, st.Active(), want)
+		}
+	}
+}

@@ -516,10 +516,15 @@ func (h *Host) running(name string) bool {
 	return err == nil && st == hypervisor.Running
 }
 
+// active is true unless the domain is known to be shut off or absent (an error counts as
+// active: never wipe under a domain that may run).
+func (h *Host) active(name string) bool {
+	st, err := h.cfg.Hypervisor.State(name)
+	return err != nil || st.Active()
+}
+
 func (h *Host) destroyAndUndefine(name string) {
-	if st, err := h.cfg.Hypervisor.State(name); err == nil && st == hypervisor.Running {
-		_ = h.cfg.Hypervisor.Destroy(name)
-	}
+	_ = h.cfg.Hypervisor.Destroy(name) // idempotent: an inactive domain is left alone
 	_ = h.cfg.Hypervisor.Undefine(name)
 }
 
@@ -849,28 +854,38 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 			if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 				return "", err
 			}
-			if st != hypervisor.Running {
+			if !st.Active() {
 				return "domain not running (" + string(st) + ")", nil
 			}
-			if err := h.cfg.Hypervisor.Shutdown(name); err != nil {
-				h.cfg.Log.Warn("graceful shutdown request failed; destroying", "vm", name, "err", err)
-			}
-			sctx, cancel := context.WithTimeout(ctx, graceful)
-			defer cancel()
-			t0 := time.Now()
-			if err := poll(sctx, func() error {
-				if h.running(name) {
-					return errors.New("still running")
+			// Only a running guest can power off on request; a paused (or otherwise stuck)
+			// one is destroyed at once. Either way the domain must be gone from the disks
+			// before they are wiped: "in shutdown" is not off.
+			why := "domain " + string(st) + ": destroyed"
+			if st == hypervisor.Running {
+				if err := h.cfg.Hypervisor.Shutdown(name); err != nil {
+					h.cfg.Log.Warn("graceful shutdown request failed; destroying", "vm", name, "err", err)
 				}
-				return nil
-			}); err == nil {
-				return fmt.Sprintf("guest powered off in %.1fs", time.Since(t0).Seconds()), nil
+				sctx, cancel := context.WithTimeout(ctx, graceful)
+				defer cancel()
+				t0 := time.Now()
+				if err := poll(sctx, func() error {
+					if h.active(name) {
+						return errors.New("still running")
+					}
+					return nil
+				}); err == nil {
+					return fmt.Sprintf("guest powered off in %.1fs", time.Since(t0).Seconds()), nil
+				}
+				why = fmt.Sprintf("still running after %s: destroyed", graceful)
 			}
 			if err := h.cfg.Hypervisor.Destroy(name); err != nil {
 				return "", err
 			}
+			if st, err := h.cfg.Hypervisor.State(name); err != nil || st.Active() {
+				return "", fmt.Errorf("domain %s still %s after destroy (%v)", name, st, err)
+			}
 			out.HardStopped = true
-			return fmt.Sprintf("still running after %s: destroyed", graceful), nil
+			return why, nil
 		}},
 		{"undefine", func() (string, error) {
 			err := h.cfg.Hypervisor.Undefine(name)

@@ -25,8 +25,12 @@ type Recorder struct {
 	TaskID   string // the task being run (leases record it)
 	Now      func() time.Time
 	OnUpdate func([]task.Phase) // called after each phase (live progress)
-	mu       sync.Mutex
-	phases   []task.Phase
+	// AfterWork, when set, is called inside each phase after its work and before the phase
+	// is recorded as finished: the crash point "side effect done, nobody told yet". Only
+	// tests set it (agent.Knobs), to park a daemon there and kill it.
+	AfterWork func(phase string)
+	mu        sync.Mutex
+	phases    []task.Phase
 }
 
 // Run times fn as phase name; an error marks the phase failed and is returned, a Skip marks it
@@ -43,6 +47,9 @@ func (r *Recorder) RunDetail(name string, fn func() (string, error)) error {
 	}
 	start := now()
 	detail, err := fn()
+	if r.AfterWork != nil {
+		r.AfterWork(name)
+	}
 	p := task.Phase{Name: name, StartedAt: start.UTC(), DurationMS: now().Sub(start).Milliseconds(), Status: "ok", Detail: detail}
 	var skip skipped
 	switch {
