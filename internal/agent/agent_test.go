@@ -33,11 +33,16 @@ type fakeController struct {
 	tasks   []*task.Envelope
 	results map[string]int // task id -> accepted deliveries
 	last    map[string]task.Result
-	down    atomic.Bool // answer 503 to results
+	// redeliver, when set, offers a handed-out task again once it has gone this long without
+	// a result, as the controller does when a lease ends (a poll the host abandoned on
+	// shutdown may have taken it).
+	redeliver time.Duration
+	leased    map[string]leasedTask
+	down      atomic.Bool // answer 503 to results
 }
 
 func newFake(t *testing.T) *fakeController {
-	f := &fakeController{dir: t.TempDir(), results: map[string]int{}, last: map[string]task.Result{}}
+	f := &fakeController{dir: t.TempDir(), results: map[string]int{}, last: map[string]task.Result{}, leased: map[string]leasedTask{}}
 	if _, err := pki.Init(pki.InitOptions{Dir: f.dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +50,12 @@ func newFake(t *testing.T) *fakeController {
 	mux.HandleFunc("GET /api/v1/agent/tasks", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		for id, l := range f.leased {
+			if time.Since(l.at) > f.redeliver {
+				delete(f.leased, id)
+				f.tasks = append(f.tasks, l.env)
+			}
+		}
 		if len(f.tasks) == 0 {
 			w.WriteHeader(204)
 			return
@@ -58,6 +69,11 @@ func newFake(t *testing.T) *fakeController {
 		n = min(n, len(f.tasks))
 		batch := task.Batch{Tasks: f.tasks[:n]}
 		f.tasks = f.tasks[n:]
+		if f.redeliver > 0 {
+			for _, e := range batch.Tasks {
+				f.leased[e.TaskID] = leasedTask{env: e, at: time.Now()}
+			}
+		}
 		_ = json.NewEncoder(w).Encode(batch)
 	})
 	mux.HandleFunc("POST /api/v1/agent/tasks/{id}/result", func(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +89,7 @@ func newFake(t *testing.T) *fakeController {
 		f.mu.Lock()
 		f.results[r.PathValue("id")]++
 		f.last[r.PathValue("id")] = res
+		delete(f.leased, r.PathValue("id"))
 		f.mu.Unlock()
 		w.WriteHeader(200)
 		_, _ = w.Write([]byte(`{}`))
@@ -86,6 +103,11 @@ func newFake(t *testing.T) *fakeController {
 	f.srv.StartTLS()
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+type leasedTask struct {
+	env *task.Envelope
+	at  time.Time
 }
 
 func (f *fakeController) delivered(id string) int {
@@ -227,6 +249,7 @@ func TestHostClockSkew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t)
+			f.redeliver = time.Second
 			cfg := identity(t, f, "node-1")
 			cfg.ClockSkew = tolerance
 			a, err := New(cfg, slog.New(slog.DiscardHandler), "test")
