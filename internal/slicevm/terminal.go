@@ -2,7 +2,6 @@ package slicevm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -106,11 +105,6 @@ func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.Rea
 		return out, h.console(ctx, p, cs)
 	}
 	return out, fmt.Errorf("terminal: unknown mode %q", p.Mode)
-}
-
-// Terminal in the sim runtime: there is no VM to enter.
-func (Sim) Terminal(context.Context, *task.TerminalOpen, io.ReadWriteCloser) (task.TerminalOutput, error) {
-	return task.TerminalOutput{}, errors.New("the sim runtime runs no VM: no terminal to open")
 }
 
 // console streams the VM's serial console (read-only: go-libvirt's console stream carries

@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/terminal"
+)
+
+// Cross-replica terminal sessions. The replica that opens a session splices it in memory
+// (its Hub) and records its advertised URL as the session's owner. Either end may attach to
+// any replica: that replica authenticates and authorizes the caller exactly as for a local
+// attach (spending the single-use token), then, when it is not the owner, carries the
+// upgraded connection byte for byte to the owner's replica endpoint over TLS, presenting a
+// controller certificate (pki.ReplicaTLSConfig). The owner alone counts, records and audits.
+
+// replicaTerminalPath is the owner's endpoint for a relayed end ({side}: client or host).
+const replicaTerminalPath = "/api/v1/replica/terminal/"
+
+// relayDialTimeout bounds reaching the owner (TCP, TLS, and its answer to the upgrade).
+const relayDialTimeout = 10 * time.Second
+
+// authenticateController accepts only a verified client certificate with a controller
+// identity (CN "controller:<name>"), which only holders of the CA key can mint.
+func (s *Server) authenticateController(r *http.Request) (Principal, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.PeerCertificates) == 0 {
+		return Principal{}, errUnauthorized("replica endpoints need a controller's client certificate")
+	}
+	cn := r.TLS.PeerCertificates[0].Subject.CommonName
+	name, ok := strings.CutPrefix(cn, pki.ControllerCNPrefix)
+	if !ok || name == "" {
+		return Principal{}, errForbidden("client certificate is not a controller identity")
+	}
+	return Principal{Name: cn, Role: "controller"}, nil
+}
+
+// ownsSession reports whether this replica splices the session ("" owner: a session of a
+// controller without an advertised URL, spliced where it was opened, as before relaying).
+func (s *Server) ownsSession(rec store.TerminalSessionRecord) bool {
+	return rec.OwnerURL == "" || rec.OwnerURL == s.advertise
+}
+
+// relayEnd carries an authenticated, authorized end of a session (side client or host) to
+// the replica that owns it. The owner answers before the caller's connection is upgraded, so
+// its refusal (the session timed out there, say) reaches the caller as a plain API error.
+func (s *Server) relayEnd(w http.ResponseWriter, r *http.Request, p Principal, rec store.TerminalSessionRecord, side string) error {
+	if s.replicaTLS == nil {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("session %s is held by controller replica %s and this replica cannot relay (no replica credentials)", rec.ID, rec.OwnerURL), nil)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), relayDialTimeout)
+	defer cancel()
+	h := http.Header{}
+	h.Set("X-Request-Id", requestID(r.Context()))
+	h.Set("User-Agent", "gpuaas-controller/"+s.version+" (relay from "+s.advertise+")")
+	up, err := terminal.Dial(ctx, s.replicaTLS, rec.OwnerURL, replicaTerminalPath+rec.ID+"/"+side, h)
+	var refused *terminal.RefusedError
+	if errors.As(err, &refused) {
+		var ae apiv1.Error
+		if json.Unmarshal(refused.Body, &ae) == nil && ae.Code != "" {
+			return &ae
+		}
+		err = fmt.Errorf("answered %s", refused.Status)
+	}
+	if err != nil {
+		// The owner is down or cut off: the session cannot run (its token is spent and its
+		// splice lives only there). End it and say so; a new session opens on a live replica.
+		reason := "owning controller replica unreachable: " + rec.OwnerURL
+		s.ownerLost(r, p, rec, side, reason, err)
+		return apiErr(apiv1.CodeUnavailable, fmt.Sprintf("session %s is held by controller replica %s, which is unreachable (%v); the session has ended: open a new one",
+			rec.ID, rec.OwnerURL, err), map[string]any{"retryable": false, "owner": rec.OwnerURL})
+	}
+	conn, rw, err := s.upgrade(w, r)
+	if err != nil {
+		up.Close()
+		return err
+	}
+	s.log.Info("terminal end relayed to its owning replica", "session", rec.ID, "side", side, "owner", rec.OwnerURL, "caller", p.Name)
+	framedClient := side == "client" && rec.Mode != terminal.ModeStdio
+	end := terminal.Relay(terminal.BufferedConn{Conn: conn, R: rw.Reader}, up, func(cw io.Writer, e terminal.RelayEnd) {
+		if !framedClient || e.SawExit {
+			return // the owner ended the session and said so (or the bytes are raw SSH)
+		}
+		// A live owner always sends a framed client an exit frame before closing: this is
+		// the owner going away mid-session (killed, crashed, cut off).
+		_ = terminal.WriteFrame(cw, terminal.FrameExit, terminal.Exit(255,
+			"the controller replica holding this session ("+rec.OwnerURL+") went away; the session has ended"))
+		s.ownerLost(r, p, rec, side, "owning controller replica lost: "+rec.OwnerURL, e.Err)
+	})
+	if end.OwnerEnded && !framedClient && !s.replicaAlive(r.Context(), rec.OwnerURL) {
+		// Raw bytes or a host's stream carry no exit frame to tell a normal end from a lost
+		// owner: ask the owner whether it is still there.
+		s.ownerLost(r, p, rec, side, "owning controller replica lost: "+rec.OwnerURL, end.Err)
+	}
+	s.log.Info("relayed terminal end closed", "session", rec.ID, "side", side, "owner_ended", end.OwnerEnded, "err", end.Err)
+	return nil
+}
+
+// replicaAlive reports whether the replica at url answers /healthz within a few seconds.
+func (s *Server) replicaAlive(ctx context.Context, url string) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	tr := &http.Transport{TLSClientConfig: s.replicaTLS.Clone()}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(url, "/")+"/healthz", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// ownerLost ends a session whose owner cannot be reached (unless the owner recorded its end
+// already) and audits it once, by the replica that found out.
+func (s *Server) ownerLost(r *http.Request, p Principal, rec store.TerminalSessionRecord, side, reason string, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	defer cancel()
+	ended, err := s.store.EndLiveSession(ctx, rec.ID, reason)
+	if err == nil && ended {
+		details := map[string]any{"session_id": rec.ID, "side": side, "owner": rec.OwnerURL, "replica": s.advertise, "reason": reason}
+		if cause != nil {
+			details["error"] = cause.Error()
+		}
+		err = s.store.InTx(ctx, func(tx *store.Tx) error {
+			a := audit(r, p, "terminal.owner_lost", "allocation", rec.AllocationID, details)
+			a.Actor, a.ActorRole, a.TenantID = "gpuaas-controller", "system", rec.TenantID
+			return tx.Audit(ctx, a)
+		})
+	}
+	if err != nil {
+		s.log.Error("recording a terminal session whose owner is lost", "session", rec.ID, "err", err)
+	}
+	s.log.Warn("terminal session's owning replica lost", "session", rec.ID, "owner", rec.OwnerURL, "side", side, "err", cause)
+}
+
+// attachRelayed is the owner's end of a relay: another replica authenticated and authorized
+// the caller (and spent its token); this replica attaches the carried connection to its hub.
+func (s *Server) attachRelayed(w http.ResponseWriter, r *http.Request, p Principal) error {
+	id, side := r.PathValue("session"), r.PathValue("side")
+	if side != "client" && side != "host" {
+		return errInvalid("side must be client or host")
+	}
+	rec, err := s.store.GetSession(r.Context(), id, "")
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("session " + id + " not found")
+	}
+	if err != nil {
+		return err
+	}
+	if !s.ownsSession(rec) || !s.term.Open(id) {
+		return apiErr(apiv1.CodeConflict, "the session is no longer waiting (its controller replica restarted or it timed out); open a new one", nil)
+	}
+	conn, rw, err := s.upgrade(w, r)
+	if err != nil {
+		return err
+	}
+	c := terminal.BufferedConn{Conn: conn, R: rw.Reader}
+	s.log.Info("terminal "+side+" attached through another replica", "session", id, "allocation", rec.AllocationID, "relay", p.Name)
+	if side == "client" {
+		err = s.term.AttachClient(id, c)
+	} else {
+		err = s.term.AttachHost(id, c)
+	}
+	if err != nil {
+		conn.Close()
+	}
+	return nil
+}
+
+// EndStaleSessions ends the sessions this replica owned before it (re)started: their splices
+// lived in its memory. Call before serving.
+func (s *Server) EndStaleSessions(ctx context.Context) error {
+	if s.advertise == "" {
+		return nil
+	}
+	const reason = "controller replica restarted"
+	recs, err := s.store.EndOwnedSessions(ctx, s.advertise, reason)
+	if err != nil || len(recs) == 0 {
+		return err
+	}
+	s.log.Warn("ended terminal sessions held by this replica before it restarted", "sessions", len(recs))
+	return s.store.InTx(ctx, func(tx *store.Tx) error {
+		for _, rec := range recs {
+			if err := tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", TenantID: rec.TenantID, Action: "terminal.end",
+				TargetKind: "allocation", TargetID: rec.AllocationID, Details: map[string]any{"session_id": rec.ID, "mode": rec.Mode, "reason": reason, "owner": s.advertise}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,332 @@
+package faults
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/terminal"
+)
+
+// Cross-replica terminal sessions: a session is spliced by the replica that opened it; either
+// end may attach to any replica, which authenticates it and relays it to the owner. Two real
+// controller processes on one PostgreSQL, a real hostd (the sim runtime's echo guest: the one
+// simulated part) and real TLS throughout.
+func TestTerminalAcrossReplicas(t *testing.T) {
+	c := newCluster(t, 2, "--terminal-record-dir", filepath.Join(workRoot, t.Name()+"-recordings"))
+	h := c.addHost([]string{c.A.Server})
+	viaA, viaB := c.tenant(c.A.Server), c.tenant(c.B.Server)
+	a, err := viaA.CreateAllocation(c.ctx, oneGPU(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocStatus(t, viaA, a.ID, 90*time.Second, "active")
+
+	t.Run("opened on A, host on A, client through B", func(t *testing.T) {
+		tk := open(t, viaA, a.ID, "exit 7")
+		conn, err := viaB.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatalf("attach through B: %v", err)
+		}
+		s := converse(t, conn, "hello from B", "second line")
+		c.ended(t, tk.SessionID, s, 7, viaA, viaB)
+		// The recording (kept by the owner, A) holds what the guest echoed.
+		cast, err := viaB.Recording(c.ctx, tk.SessionID)
+		if err != nil || !strings.Contains(string(cast), "hello from B") || !strings.Contains(string(cast), "second line") {
+			t.Fatalf("recording: %v\n%s", err, cast)
+		}
+	})
+
+	// hostd now dials B (its only server): the session opened on A reaches A through B.
+	h.stop()
+	h.args = append(h.args, "--server", c.B.Server)
+	h.start()
+
+	t.Run("opened on A, host through B, client on A", func(t *testing.T) {
+		tk := open(t, viaA, a.ID, "exit 3")
+		conn, err := viaA.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := converse(t, conn, "reverse")
+		c.ended(t, tk.SessionID, s, 3, viaA, viaB)
+	})
+
+	t.Run("another tenant gets nowhere through either replica", func(t *testing.T) {
+		other := c.otherTenant()
+		tk := open(t, viaA, a.ID, "exit 0")
+		for _, srv := range []string{c.A.Server, c.B.Server} {
+			cl := c.clientFor(srv, other)
+			if _, err := cl.OpenTerminal(c.ctx, a.ID, apiv1.TerminalRequest{Mode: "terminal"}); apiCode(err) != apiv1.CodeNotFound {
+				t.Fatalf("%s: the other tenant opened a session into A's allocation: %v", srv, err)
+			}
+			if _, err := cl.Attach(c.ctx, tk); apiCode(err) != apiv1.CodeUnauthorized {
+				t.Fatalf("%s: the other tenant attached with A's ticket: %v", srv, err)
+			}
+		}
+		// The refusals spent nothing: the ticket's owner still attaches (through B).
+		conn, err := viaB.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatalf("the tenant's own attach after the refusals: %v", err)
+		}
+		c.ended(t, tk.SessionID, converse(t, conn, "still mine"), 0, viaA, viaB)
+	})
+
+	t.Run("a relay request without the controller credential is refused", func(t *testing.T) {
+		tk := open(t, viaA, a.ID, "exit 0")
+		path := "/api/v1/replica/terminal/" + tk.SessionID + "/client"
+		caTLS, err := pki.ClientTLSConfig(c.A.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeCert, err := tls.LoadX509KeyPair(filepath.Join(h.dir, "hostd.crt"), filepath.Join(h.dir, "hostd.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		withNode := caTLS.Clone()
+		withNode.Certificates = []tls.Certificate{nodeCert}
+		tenantBearer := http.Header{"Authorization": {"Bearer " + c.A.Token}}
+		for _, f := range []struct {
+			name   string
+			tls    *tls.Config
+			header http.Header
+			want   int
+		}{
+			{"the tenant's bearer token, no certificate", caTLS, tenantBearer, http.StatusUnauthorized},
+			{"a host's node certificate", withNode, nil, http.StatusForbidden},
+		} {
+			for _, srv := range []string{c.A.Server, c.B.Server} {
+				conn, err := terminal.Dial(c.ctx, f.tls, srv, path, f.header)
+				var refused *terminal.RefusedError
+				if !errors.As(err, &refused) || refused.Code != f.want {
+					if conn != nil {
+						conn.Close()
+					}
+					t.Fatalf("%s to %s: %v, want a %d refusal", f.name, srv, err, f.want)
+				}
+			}
+		}
+		// A certificate for "controller:..." from another CA fails the TLS handshake.
+		forged := forgedControllerTLS(t, caTLS)
+		if conn, err := terminal.Dial(c.ctx, forged, c.A.Server, path, nil); err == nil {
+			conn.Close()
+			t.Fatal("a controller certificate of a foreign CA was accepted")
+		}
+		// None of it touched the session: the tenant attaches and runs it.
+		conn, err := viaA.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ended(t, tk.SessionID, converse(t, conn, "untouched"), 0, viaA, viaB)
+	})
+
+	t.Run("the owner is killed: the client through B is told, the session is ended", func(t *testing.T) {
+		tk := open(t, viaA, a.ID, "exit 0")
+		conn, err := viaB.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, conn, func(typ byte, p []byte) bool { return typ == terminal.FrameData && string(p) == "before" })
+		if err := c.A.KillController(); err != nil {
+			t.Fatal(err)
+		}
+		var status int
+		var msg string
+		readUntil(t, conn, func(typ byte, p []byte) bool {
+			if typ != terminal.FrameExit {
+				return false
+			}
+			status, msg, _ = terminal.ParseExit(p)
+			return true
+		})
+		if status != 255 || !strings.Contains(msg, c.A.Server) || !strings.Contains(msg, "went away") {
+			t.Fatalf("exit %d %q, want 255 naming the lost replica %s", status, msg, c.A.Server)
+		}
+		waitFor(t, "the session to be recorded as ended", 30*time.Second, func() (bool, error) {
+			s, err := viaB.GetSession(c.ctx, tk.SessionID)
+			return err == nil && s.Status == "ended" && strings.Contains(s.EndReason, "owning controller replica lost"), err
+		})
+		if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action = 'terminal.owner_lost' AND details->>'session_id' = $1`, tk.SessionID); err != nil || n != 1 {
+			t.Fatalf("%d terminal.owner_lost audits (%v), want 1", n, err)
+		}
+		// A session A opened that nobody attached yet (the host is stopped, so it cannot take
+		// the session first): attaching through B says the owner is unreachable (503, not
+		// retryable) and ends it.
+		h.stop()
+		c.restartA()
+		tk2 := open(t, c.tenant(c.A.Server), a.ID, "exit 0")
+		if err := c.A.KillController(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = viaB.Attach(c.ctx, tk2)
+		var ae *apiv1.Error
+		if !errors.As(err, &ae) || ae.Code != apiv1.CodeUnavailable || !strings.Contains(ae.Message, "unreachable") {
+			t.Fatalf("attach to a session of a dead replica: %v", err)
+		}
+		s, err := viaB.GetSession(c.ctx, tk2.SessionID)
+		if err != nil || s.Status != "ended" || !strings.Contains(s.EndReason, "unreachable") {
+			t.Fatalf("session of the dead replica: %+v %v", s, err)
+		}
+	})
+}
+
+// open asks for a terminal-mode session running command (the sim guest exits with "exit N").
+func open(t *testing.T, cl *client.Client, alloc, command string) *apiv1.TerminalTicket {
+	t.Helper()
+	tk, err := cl.OpenTerminal(context.Background(), alloc, apiv1.TerminalRequest{Mode: "terminal", Command: command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// exchange is what the client sent and received on a session, in bytes and in meaning.
+type exchange struct {
+	sent, received int64
+	status         int
+}
+
+// converse sends lines (each must come back: the sim guest echoes), closes stdin and reads
+// the exit frame; it counts the bytes each way as the relay's hub must.
+func converse(t *testing.T, conn net.Conn, lines ...string) exchange {
+	t.Helper()
+	defer conn.Close()
+	var x exchange
+	for _, l := range lines {
+		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte(l)); err != nil {
+			t.Fatal(err)
+		}
+		x.sent += int64(5 + len(l))
+		x.received += readUntil(t, conn, func(typ byte, p []byte) bool {
+			if typ == terminal.FrameExit {
+				t.Fatalf("exit before the echo of %q: %q", l, p)
+			}
+			return typ == terminal.FrameData && string(p) == l
+		})
+	}
+	if err := terminal.WriteFrame(conn, terminal.FrameEOF, nil); err != nil {
+		t.Fatal(err)
+	}
+	x.sent += 5
+	x.received += readUntil(t, conn, func(typ byte, p []byte) bool {
+		if typ == terminal.FrameExit {
+			x.status, _, _ = terminal.ParseExit(p)
+		}
+		return typ == terminal.FrameExit
+	})
+	return x
+}
+
+// readUntil reads frames until done says so (within a generous deadline) and returns the
+// bytes read.
+func readUntil(t *testing.T, conn net.Conn, done func(byte, []byte) bool) int64 {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	defer conn.SetReadDeadline(time.Time{})
+	var n int64
+	for {
+		typ, p, err := terminal.ReadFrame(conn)
+		if err != nil {
+			t.Fatalf("reading the session: %v", err)
+		}
+		n += int64(5 + len(p))
+		if done(typ, p) {
+			return n
+		}
+	}
+}
+
+// ended waits until the session is recorded as ended and checks the record, the same through
+// every replica: exit status, bytes each way exactly as the client counted them, recorded
+// once (one terminal.end audit).
+func (c *cluster) ended(t *testing.T, id string, x exchange, status int, via ...*client.Client) {
+	t.Helper()
+	if x.status != status {
+		t.Fatalf("the client read exit status %d, want %d", x.status, status)
+	}
+	var first *apiv1.TerminalSession
+	waitFor(t, "session "+id+" to end", 30*time.Second, func() (bool, error) {
+		s, err := via[0].GetSession(c.ctx, id)
+		first = s
+		return err == nil && s.Status == "ended", err
+	})
+	if first.ExitStatus == nil || *first.ExitStatus != status || first.EndReason != "exited" || first.BytesIn != x.sent || first.BytesOut != x.received {
+		t.Fatalf("session record %+v (exit %v), want exited with %d, %d bytes in, %d out", first, first.ExitStatus, status, x.sent, x.received)
+	}
+	for _, cl := range via[1:] {
+		s, err := cl.GetSession(c.ctx, id)
+		if err != nil || s.Status != first.Status || s.BytesIn != first.BytesIn || s.BytesOut != first.BytesOut || *s.ExitStatus != *first.ExitStatus {
+			t.Fatalf("replicas disagree on session %s: %+v / %+v (%v)", id, first, s, err)
+		}
+	}
+	if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action = 'terminal.end' AND details->>'session_id' = $1`, id); err != nil || n != 1 {
+		t.Fatalf("%d terminal.end audits for session %s (%v), want exactly 1", n, id, err)
+	}
+}
+
+// otherTenant creates a second tenant and returns its token.
+func (c *cluster) otherTenant() string {
+	c.t.Helper()
+	ten, err := c.admin.CreateTenant(c.ctx, "other")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tok, err := c.admin.CreateToken(c.ctx, apiv1.TokenCreate{Name: "other-tenant", Role: "tenant", TenantID: ten.ID})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok.Token
+}
+
+func (c *cluster) clientFor(server, token string) *client.Client {
+	c.t.Helper()
+	cl, err := client.New(client.Options{Server: server, CAFile: c.A.CAFile, Token: token})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cl
+}
+
+func apiCode(err error) string {
+	var ae *apiv1.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return fmt.Sprint(err)
+}
+
+// forgedControllerTLS presents a "controller:" client certificate from a CA of its own.
+func forgedControllerTLS(t *testing.T, base *tls.Config) *tls.Config {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := pki.Init(pki.InitOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := ca.ReplicaTLSConfig("forger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := base.Clone()
+	cfg.GetClientCertificate = own.GetClientCertificate
+	_ = os.RemoveAll(dir)
+	return cfg
+}
