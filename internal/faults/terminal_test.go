@@ -164,12 +164,13 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action = 'terminal.owner_lost' AND details->>'session_id' = $1`, tk.SessionID); err != nil || n != 1 {
 			t.Fatalf("%d terminal.owner_lost audits (%v), want 1", n, err)
 		}
-		// A session A opened that nobody attached yet (the host is stopped, so it cannot take
-		// the session first): attaching through B says the owner is unreachable (503, not
-		// retryable) and ends it.
+		// Sessions A opened that nobody attached yet (the host is stopped, so it cannot take
+		// them first): attaching through B says the owner is unreachable (503, not retryable)
+		// and ends the session; the one nobody tried is ended when A starts again.
 		h.stop()
 		c.restartA()
-		tk2 := open(t, c.tenant(c.A.Server), a.ID, "exit 0")
+		viaNewA := c.tenant(c.A.Server)
+		tk2, tk3 := open(t, viaNewA, a.ID, "exit 0"), open(t, viaNewA, a.ID, "exit 0")
 		if err := c.A.KillController(); err != nil {
 			t.Fatal(err)
 		}
@@ -181,6 +182,20 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		s, err := viaB.GetSession(c.ctx, tk2.SessionID)
 		if err != nil || s.Status != "ended" || !strings.Contains(s.EndReason, "unreachable") {
 			t.Fatalf("session of the dead replica: %+v %v", s, err)
+		}
+		if s, err := viaB.GetSession(c.ctx, tk3.SessionID); err != nil || s.Status == "ended" {
+			t.Fatalf("untried session of the dead replica before it restarts: %+v %v", s, err)
+		}
+		c.restartA()
+		s, err = viaB.GetSession(c.ctx, tk3.SessionID)
+		if err != nil || s.Status != "ended" || s.EndReason != "controller replica restarted" {
+			t.Fatalf("the restarted owner's old session: %+v %v", s, err)
+		}
+		for _, id := range []string{tk2.SessionID, tk3.SessionID} {
+			n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('terminal.end', 'terminal.owner_lost') AND details->>'session_id' = $1`, id)
+			if err != nil || n != 1 {
+				t.Fatalf("session %s: %d end audits (%v), want 1", id, n, err)
+			}
 		}
 	})
 }

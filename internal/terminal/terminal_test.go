@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -152,7 +153,8 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	c, d := net.Pipe()
 	go func() { _ = h.AttachClient("r1", b) }()
 	go func() { _ = h.AttachHost("r1", c) }()
-	go func() { _, _ = io.Copy(io.Discard, a) }()
+	told := make(chan string, 1)
+	go func() { told <- exitMessage(a) }() // a live relay never closes a framed client bare
 	go func() { _, _ = io.Copy(io.Discard, d) }()
 	for h.Count() == 1 && !isSpliced(h, "r1") {
 		time.Sleep(time.Millisecond) // until paired; bounded by the test timeout
@@ -163,14 +165,20 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	if st := wait(t, ended); st.Reason != "allocation released" {
 		t.Fatalf("reason %q", st.Reason)
 	}
+	if m := <-told; m != "255 allocation released" {
+		t.Fatalf("the client was told %q", m)
+	}
 
 	// Idle: no traffic either way ends it.
 	h2, ended2 := newHub(t, 50*time.Millisecond, "")
 	h2.Expect("i1", "a", ModeTerminal, 0, 0, time.Minute)
-	_, b2 := net.Pipe()
+	a2, b2 := net.Pipe()
 	c2, _ := net.Pipe()
 	go func() { _ = h2.AttachClient("i1", b2) }()
 	go func() { _ = h2.AttachHost("i1", c2) }()
+	if m := exitMessage(a2); !strings.HasPrefix(m, "255 idle for") {
+		t.Fatalf("the idle client was told %q", m)
+	}
 	if st := wait(t, ended2); !strings.HasPrefix(st.Reason, "idle for") {
 		t.Fatalf("reason %q", st.Reason)
 	}
@@ -198,6 +206,21 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	}
 	if s := wait(t, ended4); !strings.Contains(s.Reason, "unreachable") {
 		t.Fatalf("reason %q", s.Reason)
+	}
+}
+
+// exitMessage reads frames until the exit frame and returns "STATUS MESSAGE" ("" if the
+// connection closed first).
+func exitMessage(c net.Conn) string {
+	for {
+		typ, p, err := ReadFrame(c)
+		if err != nil {
+			return ""
+		}
+		if typ == FrameExit {
+			st, msg, _ := ParseExit(p)
+			return fmt.Sprint(st, " ", msg)
+		}
 	}
 }
 
