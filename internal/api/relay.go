@@ -29,6 +29,36 @@ const replicaTerminalPath = "/api/v1/replica/terminal/"
 // relayDialTimeout bounds reaching the owner (TCP, TLS, and its answer to the upgrade).
 const relayDialTimeout = 10 * time.Second
 
+// TerminalChannel is the PostgreSQL NOTIFY channel on which a replica asks every replica to
+// end sessions it may hold: "release <allocation>" (the allocation started releasing) or
+// "fail <session> <reason>" (its host could not open it; the result reached this replica).
+const TerminalChannel = "gpuaas_terminal"
+
+// endSessions ends sessions here and, through TerminalChannel, on the replica that holds them
+// (a replica's own notification comes back to it too, and ending twice changes nothing).
+func (s *Server) endSessions(ctx context.Context, kind, id, reason string) {
+	s.applyEnd(kind + " " + id + " " + reason)
+	if len(reason) > 1000 {
+		reason = reason[:1000] // NOTIFY payloads are bounded (8000 bytes)
+	}
+	if err := s.store.Notify(ctx, TerminalChannel, kind+" "+id+" "+reason); err != nil {
+		s.log.Warn("terminal session end not broadcast to other replicas; a session they hold ends at its idle timeout or ticket expiry", "kind", kind, "id", id, "err", err)
+	}
+}
+
+func (s *Server) applyEnd(payload string) {
+	kind, rest, _ := strings.Cut(payload, " ")
+	id, reason, _ := strings.Cut(rest, " ")
+	switch kind {
+	case "release":
+		if n := s.term.CloseAllocation(id); n > 0 {
+			s.log.Info("terminal sessions closed: the allocation is releasing", "allocation", id, "sessions", n)
+		}
+	case "fail":
+		s.term.Fail(id, reason)
+	}
+}
+
 // authenticateController accepts only a verified client certificate with a controller
 // identity (CN "controller:<name>"), which only holders of the CA key can mint.
 func (s *Server) authenticateController(r *http.Request) (Principal, error) {

@@ -131,6 +131,40 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		c.ended(t, tk.SessionID, converse(t, conn, "untouched"), 0, viaA, viaB)
 	})
 
+	t.Run("a release through B ends the session A holds", func(t *testing.T) {
+		a2, err := viaA.CreateAllocation(c.ctx, oneGPU(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocStatus(t, viaA, a2.ID, 90*time.Second, "active")
+		tk := open(t, viaA, a2.ID, "exit 0")
+		conn, err := viaA.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, conn, func(typ byte, p []byte) bool { return typ == terminal.FrameData && string(p) == "x" })
+		if _, err := viaB.ReleaseAllocation(c.ctx, a2.ID); err != nil {
+			t.Fatal(err)
+		}
+		var status int
+		var msg string
+		readUntil(t, conn, func(typ byte, p []byte) bool {
+			status, msg, _ = terminal.ParseExit(p)
+			return typ == terminal.FrameExit
+		})
+		if status != 255 || msg != "allocation released" {
+			t.Fatalf("exit %d %q, want 255 allocation released", status, msg)
+		}
+		waitFor(t, "the session to be recorded as ended", 30*time.Second, func() (bool, error) {
+			s, err := viaB.GetSession(c.ctx, tk.SessionID)
+			return err == nil && s.Status == "ended" && s.EndReason == "allocation released", err
+		})
+	})
+
 	t.Run("the owner is killed: the client through B is told, the session is ended", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 0")
 		conn, err := viaB.Attach(c.ctx, tk)
