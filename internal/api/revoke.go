@@ -88,5 +88,7 @@ func (s *Server) dropCached(what string) {
 // session ends to the terminal sessions it holds (one connection for both).
 func (s *Server) listenReplicas(ctx context.Context) {
 	s.store.ListenEach(ctx, map[string]func(string){RevokeChannel: s.dropCached, TerminalChannel: s.applyEnd},
-		func(err error) { s.log.Warn("revocation and terminal notifications interrupted; reconnecting", "err", err) }, nil)
+		func(err error) {
+			s.log.Warn("revocation and terminal notifications interrupted; reconnecting", "err", err)
+		}, nil)
 }
