@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,19 +142,11 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		readUntil(t, conn, func(typ byte, p []byte) bool { return typ == terminal.FrameData && string(p) == "x" })
+		echo(t, conn, "x")
 		if _, err := viaB.ReleaseAllocation(c.ctx, a2.ID); err != nil {
 			t.Fatal(err)
 		}
-		var status int
-		var msg string
-		readUntil(t, conn, func(typ byte, p []byte) bool {
-			status, msg, _ = terminal.ParseExit(p)
-			return typ == terminal.FrameExit
-		})
+		status, msg := readExit(t, conn)
 		if status != 255 || msg != "allocation released" {
 			t.Fatalf("exit %d %q, want 255 allocation released", status, msg)
 		}
@@ -172,22 +163,11 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte("before")); err != nil {
-			t.Fatal(err)
-		}
-		readUntil(t, conn, func(typ byte, p []byte) bool { return typ == terminal.FrameData && string(p) == "before" })
+		echo(t, conn, "before")
 		if err := c.A.KillController(); err != nil {
 			t.Fatal(err)
 		}
-		var status int
-		var msg string
-		readUntil(t, conn, func(typ byte, p []byte) bool {
-			if typ != terminal.FrameExit {
-				return false
-			}
-			status, msg, _ = terminal.ParseExit(p)
-			return true
-		})
+		status, msg := readExit(t, conn)
 		if status != 255 || !strings.Contains(msg, c.A.Server) || !strings.Contains(msg, "went away") {
 			t.Fatalf("exit %d %q, want 255 naming the lost replica %s", status, msg, c.A.Server)
 		}
@@ -257,16 +237,8 @@ func converse(t *testing.T, conn net.Conn, lines ...string) exchange {
 	defer conn.Close()
 	var x exchange
 	for _, l := range lines {
-		if err := terminal.WriteFrame(conn, terminal.FrameData, []byte(l)); err != nil {
-			t.Fatal(err)
-		}
 		x.sent += int64(5 + len(l))
-		x.received += readUntil(t, conn, func(typ byte, p []byte) bool {
-			if typ == terminal.FrameExit {
-				t.Fatalf("exit before the echo of %q: %q", l, p)
-			}
-			return typ == terminal.FrameData && string(p) == l
-		})
+		x.received += echo(t, conn, l)
 	}
 	if err := terminal.WriteFrame(conn, terminal.FrameEOF, nil); err != nil {
 		t.Fatal(err)
@@ -279,6 +251,20 @@ func converse(t *testing.T, conn net.Conn, lines ...string) exchange {
 		return typ == terminal.FrameExit
 	})
 	return x
+}
+
+// echo sends line as stdin and reads until the guest echoed it; it returns the bytes read.
+func echo(t *testing.T, conn net.Conn, line string) int64 {
+	t.Helper()
+	if err := terminal.WriteFrame(conn, terminal.FrameData, []byte(line)); err != nil {
+		t.Fatal(err)
+	}
+	return readUntil(t, conn, func(typ byte, p []byte) bool {
+		if typ == terminal.FrameExit {
+			t.Fatalf("exit before the echo of %q: %q", line, p)
+		}
+		return typ == terminal.FrameData && string(p) == line
+	})
 }
 
 // readUntil reads frames until done says so (within a generous deadline) and returns the
@@ -298,6 +284,18 @@ func readUntil(t *testing.T, conn net.Conn, done func(byte, []byte) bool) int64 
 			return n
 		}
 	}
+}
+
+// readExit reads frames until the exit frame and returns its status and message.
+func readExit(t *testing.T, conn net.Conn) (status int, msg string) {
+	t.Helper()
+	readUntil(t, conn, func(typ byte, p []byte) bool {
+		if typ == terminal.FrameExit {
+			status, msg, _ = terminal.ParseExit(p)
+		}
+		return typ == terminal.FrameExit
+	})
+	return status, msg
 }
 
 // ended waits until the session is recorded as ended and checks the record, the same through
@@ -376,6 +374,5 @@ func forgedControllerTLS(t *testing.T, base *tls.Config) *tls.Config {
 	}
 	cfg := base.Clone()
 	cfg.GetClientCertificate = own.GetClientCertificate
-	_ = os.RemoveAll(dir)
 	return cfg
 }
