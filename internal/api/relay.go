@@ -125,13 +125,28 @@ func (s *Server) relayEnd(w http.ResponseWriter, r *http.Request, p Principal, r
 			"the controller replica holding this session ("+rec.OwnerURL+") went away; the session has ended"))
 		s.ownerLost(r, p, rec, side, "owning controller replica lost: "+rec.OwnerURL, e.Err)
 	})
-	if end.OwnerEnded && !framedClient && !s.replicaAlive(r.Context(), rec.OwnerURL) {
-		// Raw bytes or a host's stream carry no exit frame to tell a normal end from a lost
-		// owner: ask the owner whether it is still there.
+	if end.OwnerEnded && !framedClient && s.ownerGone(r.Context(), rec) {
 		s.ownerLost(r, p, rec, side, "owning controller replica lost: "+rec.OwnerURL, end.Err)
 	}
 	s.log.Info("relayed terminal end closed", "session", rec.ID, "side", side, "owner_ended", end.OwnerEnded, "err", end.Err)
 	return nil
+}
+
+// ownerGone decides, for an end whose stream carries no exit frame (raw bytes, a host's
+// side), whether the owner closing it was the owner going away: a live owner records the
+// session's end within moments of closing it; if it has not after a few seconds and does not
+// answer /healthz, it is gone.
+func (s *Server) ownerGone(ctx context.Context, rec store.TerminalSessionRecord) bool {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cur, err := s.store.GetSession(ctx, rec.ID, ""); err == nil && cur.Status == "ended" {
+			return false
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		<-t.C
+	}
+	return !s.replicaAlive(ctx, rec.OwnerURL)
 }
 
 // replicaAlive reports whether the replica at url answers /healthz within a few seconds.
@@ -207,6 +222,15 @@ func (s *Server) attachRelayed(w http.ResponseWriter, r *http.Request, p Princip
 		conn.Close()
 	}
 	return nil
+}
+
+// EndAllSessions ends every session this replica holds, recording each (call at shutdown,
+// before the process exits: clients are told why, relays see a clean end, nothing is left
+// open for the next start to clean up).
+func (s *Server) EndAllSessions(reason string) {
+	if n := s.term.CloseAll(reason, 10*time.Second); n > 0 {
+		s.log.Info("terminal sessions ended: shutting down", "sessions", n)
+	}
 }
 
 // EndStaleSessions ends the sessions this replica owned before it (re)started: their splices

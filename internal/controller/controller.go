@@ -228,6 +228,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	// Terminal sessions run on hijacked connections, which Shutdown does not track: end and
+	// record them here, telling their clients why.
+	apiSrv.EndAllSessions("controller replica shutting down")
 	_ = os.Remove(addrFile)
 	return nil
 }

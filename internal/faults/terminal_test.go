@@ -156,6 +156,29 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		})
 	})
 
+	t.Run("the owner shuts down: it ends and records its sessions, the client through B is told", func(t *testing.T) {
+		tk := open(t, viaA, a.ID, "exit 0")
+		conn, err := viaB.Attach(c.ctx, tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		n := echo(t, conn, "before the shutdown")
+		c.A.StopController() // SIGTERM
+		status, msg := readExit(t, conn)
+		if status != 255 || msg != "controller replica shutting down" {
+			t.Fatalf("exit %d %q, want 255 controller replica shutting down", status, msg)
+		}
+		s, err := viaB.GetSession(c.ctx, tk.SessionID)
+		if err != nil || s.Status != "ended" || s.EndReason != "controller replica shutting down" || s.BytesIn != int64(5+len("before the shutdown")) || s.BytesOut != n {
+			t.Fatalf("the owner's record of its last session: %+v %v (want %d bytes out)", s, err, n)
+		}
+		if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('terminal.end', 'terminal.owner_lost') AND details->>'session_id' = $1`, tk.SessionID); err != nil || n != 1 {
+			t.Fatalf("%d end audits (%v), want 1", n, err)
+		}
+		c.restartA()
+	})
+
 	t.Run("the owner is killed: the client through B is told, the session is ended", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 0")
 		conn, err := viaB.Attach(c.ctx, tk)

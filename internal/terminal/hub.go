@@ -39,6 +39,7 @@ type Hub struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	running  sync.WaitGroup // splices, until their OnEnd returned
 }
 
 type session struct {
@@ -113,7 +114,11 @@ func (h *Hub) attach(id string, c net.Conn, client bool) error {
 	}
 	if both {
 		close(s.paired)
-		go h.splice(s)
+		h.running.Add(1)
+		go func() {
+			defer h.running.Done()
+			h.splice(s)
+		}()
 	}
 	<-s.done
 	return nil
@@ -142,6 +147,28 @@ func (h *Hub) CloseAllocation(alloc string) int {
 	h.mu.Unlock()
 	for _, s := range ss {
 		h.end(s, "allocation released")
+	}
+	return len(ss)
+}
+
+// CloseAll ends every session (the controller is shutting down), telling framed clients why,
+// and waits up to wait for the running ones to be recorded (OnEnd). It returns how many it
+// ended.
+func (h *Hub) CloseAll(reason string, wait time.Duration) int {
+	h.mu.Lock()
+	ss := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		ss = append(ss, s)
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		h.end(s, reason)
+	}
+	done := make(chan struct{})
+	go func() { h.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
 	}
 	return len(ss)
 }
