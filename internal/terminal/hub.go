@@ -39,7 +39,6 @@ type Hub struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
-	running  sync.WaitGroup // splices, until their OnEnd returned
 }
 
 type session struct {
@@ -48,6 +47,7 @@ type session struct {
 	client, host    net.Conn
 	paired          chan struct{} // closed when both sides are attached
 	done            chan struct{} // closed when the session ended
+	recorded        chan struct{} // closed once OnEnd returned
 	endOnce         sync.Once
 	reason          string
 	stats           Stats
@@ -60,7 +60,7 @@ var ErrNoSession = errors.New("no such terminal session waiting")
 
 // Expect registers a session both sides will attach to within ttl.
 func (h *Hub) Expect(id, alloc, mode string, cols, rows int, ttl time.Duration) {
-	s := &session{id: id, alloc: alloc, mode: mode, cols: cols, rows: rows, paired: make(chan struct{}), done: make(chan struct{}), created: time.Now().UTC()}
+	s := &session{id: id, alloc: alloc, mode: mode, cols: cols, rows: rows, paired: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{}), created: time.Now().UTC()}
 	h.mu.Lock()
 	if h.sessions == nil {
 		h.sessions = map[string]*session{}
@@ -114,11 +114,7 @@ func (h *Hub) attach(id string, c net.Conn, client bool) error {
 	}
 	if both {
 		close(s.paired)
-		h.running.Add(1)
-		go func() {
-			defer h.running.Done()
-			h.splice(s)
-		}()
+		go h.splice(s)
 	}
 	<-s.done
 	return nil
@@ -164,11 +160,13 @@ func (h *Hub) CloseAll(reason string, wait time.Duration) int {
 	for _, s := range ss {
 		h.end(s, reason)
 	}
-	done := make(chan struct{})
-	go func() { h.running.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(wait):
+	deadline := time.After(wait)
+	for _, s := range ss {
+		select {
+		case <-s.recorded:
+		case <-deadline:
+			return len(ss)
+		}
 	}
 	return len(ss)
 }
@@ -199,9 +197,12 @@ func (h *Hub) end(s *session, reason string) {
 			_ = client.Close()
 		}
 		close(s.done)
-		if !spliced && h.OnEnd != nil {
+		if !spliced {
 			// Never ran: record why (splice records the sessions that ran).
-			h.OnEnd(Stats{SessionID: s.id, AllocationID: s.alloc, Mode: s.mode, Started: s.created, Ended: time.Now().UTC(), Reason: reason})
+			if h.OnEnd != nil {
+				h.OnEnd(Stats{SessionID: s.id, AllocationID: s.alloc, Mode: s.mode, Started: s.created, Ended: time.Now().UTC(), Reason: reason})
+			}
+			close(s.recorded)
 		}
 	})
 }
@@ -325,6 +326,7 @@ loop:
 	if h.OnEnd != nil {
 		h.OnEnd(s.stats)
 	}
+	close(s.recorded)
 }
 
 func closeReason(who string, err error) string {

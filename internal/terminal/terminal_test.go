@@ -237,3 +237,38 @@ func isAttached(h *Hub, id string) bool {
 	s, ok := h.sessions[id]
 	return ok && s.client != nil
 }
+
+// CloseAll (shutdown) ends running and waiting sessions, tells framed clients why, and
+// returns only once every session is recorded.
+func TestCloseAllRecordsBeforeReturning(t *testing.T) {
+	h, ended := newHub(t, 0, "")
+	h.Expect("c1", "a", ModeTerminal, 0, 0, time.Minute)
+	h.Expect("c2", "a", ModeStdio, 0, 0, time.Minute)
+	client, hub := net.Pipe()
+	hostHub, host := net.Pipe()
+	go func() { _ = h.AttachClient("c1", hub) }()
+	go func() { _ = h.AttachHost("c1", hostHub) }()
+	go func() { _, _ = io.Copy(io.Discard, host) }()
+	for !isSpliced(h, "c1") {
+		time.Sleep(time.Millisecond) // until paired; bounded by the test timeout
+	}
+	told := make(chan string, 1)
+	go func() { told <- exitMessage(client) }()
+	if n := h.CloseAll("controller replica shutting down", 10*time.Second); n != 2 {
+		t.Fatalf("closed %d sessions, want 2", n)
+	}
+	if len(ended) != 2 {
+		t.Fatalf("%d sessions recorded when CloseAll returned, want 2", len(ended))
+	}
+	for i := 0; i < 2; i++ {
+		if st := <-ended; st.Reason != "controller replica shutting down" {
+			t.Fatalf("reason %q", st.Reason)
+		}
+	}
+	if m := <-told; m != "255 controller replica shutting down" {
+		t.Fatalf("the client was told %q", m)
+	}
+	if h.Count() != 0 {
+		t.Fatalf("%d sessions left", h.Count())
+	}
+}
