@@ -15,15 +15,15 @@ import (
 // to carry a session end to end through hostd's real relay stream (load and fault tests).
 // Terminal mode echoes stdin back as stdout and, when stdin ends, exits with status N for the
 // command "exit N" (else 0); stdio mode echoes raw bytes; there is no serial console.
-func (Sim) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.ReadWriteCloser) (task.TerminalOutput, error) {
-	out := task.TerminalOutput{Mode: p.Mode}
+func (Sim) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.ReadWriteCloser) (out task.TerminalOutput, err error) {
+	out = task.TerminalOutput{Mode: p.Mode}
 	cs := &countingStream{ReadWriteCloser: stream}
 	defer func() { out.BytesIn, out.BytesOut = cs.in, cs.out }()
 	stop := context.AfterFunc(ctx, func() { _ = stream.Close() })
 	defer stop()
 	switch p.Mode {
 	case terminal.ModeStdio:
-		_, err := io.Copy(cs, cs)
+		_, err = io.Copy(cs, cs)
 		return out, err
 	case terminal.ModeTerminal:
 		status := 0
