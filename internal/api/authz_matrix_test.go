@@ -147,6 +147,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		// Like the client's attach: the host token of the session is needed on top of the certificate.
 		"GET /api/v1/agent/terminal/{session}":          {path: "/api/v1/agent/terminal/" + ticket.SessionID, who: accNode, ok: 401, okMsg: "host token is invalid"},
 		"GET /api/v1/replica/terminal/{session}/{side}": {path: "/api/v1/replica/terminal/" + ticket.SessionID + "/client", who: accController},
+		"GET /api/v1/replica/recordings/{session}":      {path: "/api/v1/replica/recordings/" + ticket.SessionID, who: accController},
 	}
 
 	// Every served endpoint has a row, and every row is a served endpoint.

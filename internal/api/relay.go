@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ import (
 
 // replicaTerminalPath is the owner's endpoint for a relayed end ({side}: client or host).
 const replicaTerminalPath = "/api/v1/replica/terminal/"
+
+// replicaRecordingPath is the owner's endpoint serving a recording it wrote.
+const replicaRecordingPath = "/api/v1/replica/recordings/"
 
 // relayDialTimeout bounds reaching the owner (TCP, TLS, and its answer to the upgrade).
 const relayDialTimeout = 10 * time.Second
@@ -222,6 +226,61 @@ func (s *Server) attachRelayed(w http.ResponseWriter, r *http.Request, p Princip
 		conn.Close()
 	}
 	return nil
+}
+
+// errOwnerUnreachable: the owning replica did not answer at all.
+var errOwnerUnreachable = errors.New("owning controller replica unreachable")
+
+// ownerRecording fetches a session's recording from the replica that wrote it.
+func (s *Server) ownerRecording(ctx context.Context, rec store.TerminalSessionRecord) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(rec.OwnerURL, "/")+replicaRecordingPath+rec.ID, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Request-Id", requestID(ctx))
+	tr := &http.Transport{TLSClientConfig: s.replicaTLS.Clone()}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errOwnerUnreachable, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errOwnerUnreachable, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var ae apiv1.Error
+		if json.Unmarshal(b, &ae) == nil && ae.Code != "" {
+			return nil, &ae
+		}
+		return nil, fmt.Errorf("%w: answered %s", errOwnerUnreachable, resp.Status)
+	}
+	return b, nil
+}
+
+// recordingForReplica serves a recording this replica wrote to another replica (which checked
+// the caller's access to the session).
+func (s *Server) recordingForReplica(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	rec, err := s.store.GetSession(r.Context(), r.PathValue("session"), "")
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound("session " + r.PathValue("session") + " not found")
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Recording == "" || !s.ownsSession(rec) {
+		return errNotFound("session " + rec.ID + " has no recording on this replica")
+	}
+	b, err := os.ReadFile(rec.Recording)
+	if err != nil {
+		return errNotFound("recording of session " + rec.ID + " is gone: " + err.Error())
+	}
+	w.Header().Set("Content-Type", "application/x-asciicast")
+	_, err = w.Write(b)
+	return err
 }
 
 // EndAllSessions ends every session this replica holds, recording each (call at shutdown,

@@ -274,6 +274,7 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/agent/tasks/{id}/progress", nodeOnly, s.taskProgress, "Report live phases; extends the lease", task.Progress{}, nil, 204},
 		{"GET", "/api/v1/agent/terminal/{session}", nodeOnly, s.attachHost, "hostd's outbound stream for a terminal session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token)", nil, nil, 101},
 		{"GET", replicaTerminalPath + "{session}/{side}", controllerOnly, s.attachRelayed, "Another controller replica's relayed end (side client or host) of a session this replica holds (Upgrade: gpuaas-terminal/1; controller certificate only)", nil, nil, 101},
+		{"GET", replicaRecordingPath + "{session}", controllerOnly, s.recordingForReplica, "A recording this replica wrote, for another replica serving it to an authorized caller (controller certificate only)", nil, nil, 200},
 		{"POST", "/api/v1/agent/heartbeat", nodeOnly, s.heartbeat, "Agent heartbeat with facts", apiv1.Heartbeat{}, nil, 204},
 	}
 }

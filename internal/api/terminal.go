@@ -291,9 +291,18 @@ func (s *Server) getRecording(w http.ResponseWriter, r *http.Request, p Principa
 	if rec.Recording == "" {
 		return errNotFound("session " + rec.ID + " was not recorded (terminal mode with --terminal-record-dir only)")
 	}
-	b, err := os.ReadFile(rec.Recording)
-	if err != nil {
-		return errNotFound("recording of session " + rec.ID + " is gone: " + err.Error())
+	var b []byte
+	if !s.ownsSession(rec) && s.replicaTLS != nil {
+		// The owner wrote it on its disk: ask it; its answer stands unless it is unreachable
+		// (then a copy on storage both replicas mount may still serve).
+		if b, err = s.ownerRecording(r.Context(), rec); err != nil && !errors.Is(err, errOwnerUnreachable) {
+			return err
+		}
+	}
+	if b == nil {
+		if b, err = os.ReadFile(rec.Recording); err != nil {
+			return errNotFound("recording of session " + rec.ID + " is gone: " + err.Error())
+		}
 	}
 	w.Header().Set("Content-Type", "application/x-asciicast")
 	_, err = w.Write(b)

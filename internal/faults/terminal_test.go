@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 	"github.com/gpuaas/gpuaas/internal/client"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/terminal"
@@ -31,6 +33,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	allocStatus(t, viaA, a.ID, 90*time.Second, "active")
+	var recorded string // a session with a recording A wrote
 
 	t.Run("opened on A, host on A, client through B", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 7")
@@ -40,11 +43,16 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		}
 		s := converse(t, conn, "hello from B", "second line")
 		c.ended(t, tk.SessionID, s, 7, viaA, viaB)
-		// The recording (kept by the owner, A) holds what the guest echoed.
+		// The recording, written by the owner A, holds what the guest echoed; B serves it by
+		// asking A (A's request counter proves it: both replicas share this machine's disk).
 		cast, err := viaB.Recording(c.ctx, tk.SessionID)
 		if err != nil || !strings.Contains(string(cast), "hello from B") || !strings.Contains(string(cast), "second line") {
 			t.Fatalf("recording: %v\n%s", err, cast)
 		}
+		if n := metric(t, c.A, `gpuaas_api_requests_total{code="200",route="GET /api/v1/replica/recordings/{session}"}`); n != 1 {
+			t.Fatalf("A served %v recordings to B, want 1", n)
+		}
+		recorded = tk.SessionID
 	})
 
 	// hostd now dials B (its only server): the session opened on A reaches A through B.
@@ -201,6 +209,11 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action = 'terminal.owner_lost' AND details->>'session_id' = $1`, tk.SessionID); err != nil || n != 1 {
 			t.Fatalf("%d terminal.owner_lost audits (%v), want 1", n, err)
 		}
+		// With A gone, B serves A's recording from the disk they share (the fallback for
+		// recordings on shared storage).
+		if cast, err := viaB.Recording(c.ctx, recorded); err != nil || !strings.Contains(string(cast), "hello from B") {
+			t.Fatalf("recording of A's session with A down: %v", err)
+		}
 		// Sessions A opened that nobody attached yet (the host is stopped, so it cannot take
 		// them first): attaching through B says the owner is unreachable (503, not retryable)
 		// and ends the session; the one nobody tried is ended when A starts again.
@@ -347,6 +360,31 @@ func (c *cluster) ended(t *testing.T, id string, x exchange, status int, via ...
 	if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action = 'terminal.end' AND details->>'session_id' = $1`, id); err != nil || n != 1 {
 		t.Fatalf("%d terminal.end audits for session %s (%v), want exactly 1", n, id, err)
 	}
+}
+
+// metric reads one sample of the controller's /metrics (0 when absent).
+func metric(t *testing.T, e *benchenv.Env, sample string) float64 {
+	t.Helper()
+	cfg, err := pki.ClientTLSConfig(e.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(e.Server + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
 }
 
 // otherTenant creates a second tenant and returns its token.
