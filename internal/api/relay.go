@@ -138,11 +138,12 @@ func (s *Server) relayEnd(w http.ResponseWriter, r *http.Request, p Principal, r
 
 // ownerGone decides, for an end whose stream carries no exit frame (raw bytes, a host's
 // side), whether the owner closing it was the owner going away: a live owner records the
-// session's end within moments of closing it; if it has not after a few seconds and does not
-// answer /healthz, it is gone.
+// session's end within moments of closing it (a stopping one within EndAllSessions' 10 s);
+// if it has not after 15 s and does not answer /healthz, it is gone. The caller's
+// connection is already closed: only the record waits.
 func (s *Server) ownerGone(ctx context.Context, rec store.TerminalSessionRecord) bool {
 	ctx = context.WithoutCancel(ctx)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if cur, err := s.store.GetSession(ctx, rec.ID, ""); err == nil && cur.Status == "ended" {
 			return false
@@ -176,18 +177,19 @@ func (s *Server) replicaAlive(ctx context.Context, url string) bool {
 func (s *Server) ownerLost(r *http.Request, p Principal, rec store.TerminalSessionRecord, side, reason string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 	defer cancel()
-	ended, err := s.store.EndLiveSession(ctx, rec.ID, reason)
-	if err == nil && ended {
-		details := map[string]any{"session_id": rec.ID, "side": side, "owner": rec.OwnerURL, "replica": s.advertise, "reason": reason}
-		if cause != nil {
-			details["error"] = cause.Error()
-		}
-		err = s.store.InTx(ctx, func(tx *store.Tx) error {
-			a := audit(r, p, "terminal.owner_lost", "allocation", rec.AllocationID, details)
-			a.Actor, a.ActorRole, a.TenantID = "gpuaas-controller", "system", rec.TenantID
-			return tx.Audit(ctx, a)
-		})
+	details := map[string]any{"session_id": rec.ID, "side": side, "owner": rec.OwnerURL, "replica": s.advertise, "reason": reason}
+	if cause != nil {
+		details["error"] = cause.Error()
 	}
+	err := s.store.InTx(ctx, func(tx *store.Tx) error {
+		ended, err := tx.EndLiveSession(ctx, rec.ID, reason)
+		if err != nil || !ended {
+			return err // already ended: recorded by whoever ended it
+		}
+		a := audit(r, p, "terminal.owner_lost", "allocation", rec.AllocationID, details)
+		a.Actor, a.ActorRole, a.TenantID = "gpuaas-controller", "system", rec.TenantID
+		return tx.Audit(ctx, a)
+	})
 	if err != nil {
 		s.log.Error("recording a terminal session whose owner is lost", "session", rec.ID, "err", err)
 	}
@@ -299,18 +301,20 @@ func (s *Server) EndStaleSessions(ctx context.Context) error {
 		return nil
 	}
 	const reason = "controller replica restarted"
-	recs, err := s.store.EndOwnedSessions(ctx, s.advertise, reason)
-	if err != nil || len(recs) == 0 {
-		return err
-	}
-	s.log.Warn("ended terminal sessions held by this replica before it restarted", "sessions", len(recs))
-	return s.store.InTx(ctx, func(tx *store.Tx) error {
+	var n int
+	err := s.store.InTx(ctx, func(tx *store.Tx) error {
+		recs, err := tx.EndOwnedSessions(ctx, s.advertise, reason)
+		n = len(recs)
 		for _, rec := range recs {
-			if err := tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", TenantID: rec.TenantID, Action: "terminal.end",
-				TargetKind: "allocation", TargetID: rec.AllocationID, Details: map[string]any{"session_id": rec.ID, "mode": rec.Mode, "reason": reason, "owner": s.advertise}}); err != nil {
-				return err
+			if err == nil {
+				err = tx.Audit(ctx, store.AuditRecord{Actor: "gpuaas-controller", ActorRole: "system", TenantID: rec.TenantID, Action: "terminal.end",
+					TargetKind: "allocation", TargetID: rec.AllocationID, Details: map[string]any{"session_id": rec.ID, "mode": rec.Mode, "reason": reason, "owner": s.advertise}})
 			}
 		}
-		return nil
+		return err
 	})
+	if err == nil && n > 0 {
+		s.log.Warn("ended terminal sessions held by this replica before it restarted", "sessions", n)
+	}
+	return err
 }

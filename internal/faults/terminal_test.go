@@ -49,7 +49,10 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		if err != nil || !strings.Contains(string(cast), "hello from B") || !strings.Contains(string(cast), "second line") {
 			t.Fatalf("recording: %v\n%s", err, cast)
 		}
-		if n := metric(t, c.A, `gpuaas_api_requests_total{code="200",route="GET /api/v1/replica/recordings/{session}"}`); n != 1 {
+		// (A counts a request after answering it: wait for the count, then check it is one.)
+		served := `gpuaas_api_requests_total{code="200",route="GET /api/v1/replica/recordings/{session}"}`
+		waitFor(t, "A to count the recording it served", 30*time.Second, func() (bool, error) { return metric(t, c.A, served) >= 1, nil })
+		if n := metric(t, c.A, served); n != 1 {
 			t.Fatalf("A served %v recordings to B, want 1", n)
 		}
 		recorded = tk.SessionID
@@ -177,9 +180,14 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		if status != 255 || msg != "controller replica shutting down" {
 			t.Fatalf("exit %d %q, want 255 controller replica shutting down", status, msg)
 		}
-		s, err := viaB.GetSession(c.ctx, tk.SessionID)
-		if err != nil || s.Status != "ended" || s.EndReason != "controller replica shutting down" || s.BytesIn != int64(5+len("before the shutdown")) || s.BytesOut != n {
-			t.Fatalf("the owner's record of its last session: %+v %v (want %d bytes out)", s, err, n)
+		// The client hears before the owner writes the record (it does before it exits).
+		var s *apiv1.TerminalSession
+		waitFor(t, "the owner's record of its last session", 30*time.Second, func() (bool, error) {
+			s, err = viaB.GetSession(c.ctx, tk.SessionID)
+			return err == nil && s.Status == "ended", err
+		})
+		if s.EndReason != "controller replica shutting down" || s.BytesIn != int64(5+len("before the shutdown")) || s.BytesOut != n {
+			t.Fatalf("the owner's record of its last session: %+v (want %d bytes out)", s, n)
 		}
 		if n, err := c.A.Int(c.ctx, `SELECT count(*) FROM audit_log WHERE action IN ('terminal.end', 'terminal.owner_lost') AND details->>'session_id' = $1`, tk.SessionID); err != nil || n != 1 {
 			t.Fatalf("%d end audits (%v), want 1", n, err)

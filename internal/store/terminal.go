@@ -97,16 +97,16 @@ func (t *Tx) EndSession(ctx context.Context, id string, started, ended time.Time
 
 // EndLiveSession ends a session that is not ended yet (its owning replica is gone), saying
 // why; it reports whether it did. A session already ended keeps its record.
-func (s *Store) EndLiveSession(ctx context.Context, id, reason string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
+func (t *Tx) EndLiveSession(ctx context.Context, id, reason string) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
 		WHERE id = $1::uuid AND status <> 'ended'`, uuidArg(id), reason)
 	return tag.RowsAffected() == 1, translate(err)
 }
 
 // EndOwnedSessions ends every live session owned by ownerURL: a replica starting again at
 // the same address holds none of them in memory any more.
-func (s *Store) EndOwnedSessions(ctx context.Context, ownerURL, reason string) ([]TerminalSessionRecord, error) {
-	return queryAll(ctx, s.pool, scanSession, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
+func (t *Tx) EndOwnedSessions(ctx context.Context, ownerURL, reason string) ([]TerminalSessionRecord, error) {
+	return queryAll(ctx, t.tx, scanSession, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
 		 WHERE owner_url = $1 AND owner_url <> '' AND status <> 'ended' RETURNING `+sessionColumns, ownerURL, reason)
 }
 
