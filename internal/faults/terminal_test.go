@@ -37,11 +37,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 
 	t.Run("opened on A, host on A, client through B", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 7")
-		conn, err := viaB.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatalf("attach through B: %v", err)
-		}
-		s := converse(t, conn, "hello from B", "second line")
+		s := converse(t, attach(t, viaB, tk), "hello from B", "second line")
 		c.ended(t, tk.SessionID, s, 7, viaA, viaB)
 		// The recording, written by the owner A, holds what the guest echoed; B serves it by
 		// asking A (A's request counter proves it: both replicas share this machine's disk).
@@ -65,10 +61,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 
 	t.Run("opened on A, host through B, client on A", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 3")
-		conn, err := viaA.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := attach(t, viaA, tk)
 		s := converse(t, conn, "reverse")
 		c.ended(t, tk.SessionID, s, 3, viaA, viaB)
 	})
@@ -86,11 +79,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 			}
 		}
 		// The refusals spent nothing: the ticket's owner still attaches (through B).
-		conn, err := viaB.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatalf("the tenant's own attach after the refusals: %v", err)
-		}
-		c.ended(t, tk.SessionID, converse(t, conn, "still mine"), 0, viaA, viaB)
+		c.ended(t, tk.SessionID, converse(t, attach(t, viaB, tk), "still mine"), 0, viaA, viaB)
 	})
 
 	t.Run("a relay request without the controller credential is refused", func(t *testing.T) {
@@ -134,10 +123,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 			t.Fatal("a controller certificate of a foreign CA was accepted")
 		}
 		// None of it touched the session: the tenant attaches and runs it.
-		conn, err := viaA.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := attach(t, viaA, tk)
 		c.ended(t, tk.SessionID, converse(t, conn, "untouched"), 0, viaA, viaB)
 	})
 
@@ -148,10 +134,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 		}
 		allocStatus(t, viaA, a2.ID, 90*time.Second, "active")
 		tk := open(t, viaA, a2.ID, "exit 0")
-		conn, err := viaA.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := attach(t, viaA, tk)
 		defer conn.Close()
 		echo(t, conn, "x")
 		if _, err := viaB.ReleaseAllocation(c.ctx, a2.ID); err != nil {
@@ -169,10 +152,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 
 	t.Run("the owner shuts down: it ends and records its sessions, the client through B is told", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 0")
-		conn, err := viaB.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := attach(t, viaB, tk)
 		defer conn.Close()
 		n := echo(t, conn, "before the shutdown")
 		c.A.StopController() // SIGTERM
@@ -197,10 +177,7 @@ func TestTerminalAcrossReplicas(t *testing.T) {
 
 	t.Run("the owner is killed: the client through B is told, the session is ended", func(t *testing.T) {
 		tk := open(t, viaA, a.ID, "exit 0")
-		conn, err := viaB.Attach(c.ctx, tk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := attach(t, viaB, tk)
 		defer conn.Close()
 		echo(t, conn, "before")
 		if err := c.A.KillController(); err != nil {
@@ -266,6 +243,16 @@ func open(t *testing.T, cl *client.Client, alloc, command string) *apiv1.Termina
 		t.Fatal(err)
 	}
 	return tk
+}
+
+// attach attaches to a ticket's session through cl's replica.
+func attach(t *testing.T, cl *client.Client, tk *apiv1.TerminalTicket) net.Conn {
+	t.Helper()
+	conn, err := cl.Attach(context.Background(), tk)
+	if err != nil {
+		t.Fatalf("attach through %s: %v", cl.Server(), err)
+	}
+	return conn
 }
 
 // exchange is what the client sent and received on a session, in bytes and in meaning.
