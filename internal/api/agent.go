@@ -246,7 +246,7 @@ func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, p Principal)
 		// waiting client now rather than when its ticket times out.
 		var tp task.TerminalOpen
 		if json.Unmarshal(tr.Payload, &tp) == nil {
-			s.term.Fail(tp.SessionID, "the host could not open the session: "+tr.Error)
+			s.endSessions(r.Context(), "fail", tp.SessionID, "the host could not open the session: "+tr.Error)
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"task_id": tr.ID, "status": tr.Status})
@@ -313,9 +313,10 @@ func (s *Server) FlushHeartbeats(ctx context.Context) error {
 }
 
 // RunBackground runs the API's background work until ctx ends: the heartbeat flusher, the
-// terminal-ticket sweep, and the listener that applies other replicas' revocations.
+// terminal-ticket sweep, and the listeners that apply other replicas' revocations and
+// session ends.
 func (s *Server) RunBackground(ctx context.Context) {
-	go s.listenRevocations(ctx)
+	go s.listenReplicas(ctx)
 	t := time.NewTicker(heartbeatCoalesce)
 	defer t.Stop()
 	sweep := time.NewTicker(30 * time.Second)

@@ -59,9 +59,7 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	if err != nil {
 		return err
 	}
-	if n := s.term.CloseAllocation(out.ID); n > 0 {
-		s.log.Info("terminal sessions closed: the allocation is releasing", "allocation", out.ID, "sessions", n)
-	}
+	s.endSessions(r.Context(), "release", out.ID, "")
 	if out.Status != "released" {
 		s.kick() // the host tears down and wipes (released at once: nothing for a host to do)
 	}

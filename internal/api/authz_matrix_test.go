@@ -24,6 +24,10 @@ const (
 	accAdmin                      // admin tokens; tenants get 403
 	accNode                       // any enrolled host's certificate
 	accOwnX                       // node X (the task's host); node Y is refused with hidden
+	// accController is another controller replica's certificate only: no caller here holds
+	// one (internal/faults proves the allowed cell with real replicas); node certificates
+	// get 403, everyone else 401.
+	accController
 )
 
 // matrixCaller is one column of the matrix.
@@ -141,7 +145,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		"POST /api/v1/agent/tasks/{id}/progress": {path: "/api/v1/agent/tasks/" + tasks[1] + "/progress", who: accOwnX, ok: 204, hidden: 409,
 			body: task.Progress{Phases: []task.Phase{}}},
 		// Like the client's attach: the host token of the session is needed on top of the certificate.
-		"GET /api/v1/agent/terminal/{session}": {path: "/api/v1/agent/terminal/" + ticket.SessionID, who: accNode, ok: 401, okMsg: "host token is invalid"},
+		"GET /api/v1/agent/terminal/{session}":          {path: "/api/v1/agent/terminal/" + ticket.SessionID, who: accNode, ok: 401, okMsg: "host token is invalid"},
+		"GET /api/v1/replica/terminal/{session}/{side}": {path: "/api/v1/replica/terminal/" + ticket.SessionID + "/client", who: accController},
+		"GET /api/v1/replica/recordings/{session}":      {path: "/api/v1/replica/recordings/" + ticket.SessionID, who: accController},
 	}
 
 	// Every served endpoint has a row, and every row is a served endpoint.
@@ -286,6 +292,11 @@ func matrixExpect(c matrixCase, who string) (int, string, bool) {
 			return hidden, hiddenMsg, false
 		}
 		return c.ok, c.okMsg, true
+	case accController:
+		if isNode {
+			return 403, "not a controller identity", false
+		}
+		return 401, "controller's client certificate", false
 	}
 	panic("unknown access")
 }

@@ -84,8 +84,11 @@ func (s *Server) dropCached(what string) {
 	}
 }
 
-// listenRevocations applies other replicas' revocations to this replica's caches.
-func (s *Server) listenRevocations(ctx context.Context) {
-	s.store.Listen(ctx, RevokeChannel, s.dropCached,
-		func(err error) { s.log.Warn("revocation notifications interrupted; reconnecting", "err", err) }, nil)
+// listenReplicas applies other replicas' revocations to this replica's caches, and their
+// session ends to the terminal sessions it holds (one connection for both).
+func (s *Server) listenReplicas(ctx context.Context) {
+	s.store.ListenEach(ctx, map[string]func(string){RevokeChannel: s.dropCached, TerminalChannel: s.applyEnd},
+		func(err error) {
+			s.log.Warn("revocation and terminal notifications interrupted; reconnecting", "err", err)
+		}, nil)
 }

@@ -5,6 +5,7 @@ package api
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -43,6 +44,11 @@ type Options struct {
 	Terminal TerminalConfig
 	// Security tunes authentication rate limits and certificate renewal.
 	Security SecurityConfig
+	// AdvertiseURL is this replica's own address for other replicas (recorded as the owner of
+	// the terminal sessions it opens); ReplicaTLS (pki.CA.ReplicaTLSConfig) reaches another
+	// replica with a controller certificate. Without them sessions are served where opened.
+	AdvertiseURL string
+	ReplicaTLS   *tls.Config
 }
 
 // Server serves the API.
@@ -60,6 +66,8 @@ type Server struct {
 	hb         heartbeats
 	term       *terminal.Hub
 	termCfg    TerminalConfig
+	advertise  string      // this replica's URL for other replicas
+	replicaTLS *tls.Config // client config reaching other replicas (controller certificate)
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -74,7 +82,8 @@ type Server struct {
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
 		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
-		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL)}
+		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
+		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -113,7 +122,8 @@ const (
 	public role = iota
 	anyUser
 	adminOnly
-	nodeOnly // mTLS node certificate
+	nodeOnly       // mTLS node certificate
+	controllerOnly // mTLS controller certificate (another replica)
 )
 
 // handlerFunc is an authenticated handler; returning an error writes it as apiv1.Error.
@@ -148,6 +158,8 @@ func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
 		var err error
 		if need == nodeOnly {
 			p, err = s.authenticateNode(r)
+		} else if need == controllerOnly {
+			p, err = s.authenticateController(r)
 		} else if need != public {
 			p, err = s.authenticate(r)
 			if err == nil && need == adminOnly && p.Role != "admin" {
@@ -261,6 +273,8 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/agent/tasks/{id}/result", nodeOnly, s.taskResult, "Report a task result (idempotent)", task.Result{}, map[string]string{}, 200},
 		{"POST", "/api/v1/agent/tasks/{id}/progress", nodeOnly, s.taskProgress, "Report live phases; extends the lease", task.Progress{}, nil, 204},
 		{"GET", "/api/v1/agent/terminal/{session}", nodeOnly, s.attachHost, "hostd's outbound stream for a terminal session (Upgrade: gpuaas-terminal/1; X-Gpuaas-Session-Token)", nil, nil, 101},
+		{"GET", replicaTerminalPath + "{session}/{side}", controllerOnly, s.attachRelayed, "Another controller replica's relayed end (side client or host) of a session this replica holds (Upgrade: gpuaas-terminal/1; controller certificate only)", nil, nil, 101},
+		{"GET", replicaRecordingPath + "{session}", controllerOnly, s.recordingForReplica, "A recording this replica wrote, for another replica serving it to an authorized caller (controller certificate only)", nil, nil, 200},
 		{"POST", "/api/v1/agent/heartbeat", nodeOnly, s.heartbeat, "Agent heartbeat with facts", apiv1.Heartbeat{}, nil, 204},
 	}
 }

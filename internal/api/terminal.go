@@ -122,7 +122,7 @@ func (s *Server) openTerminal(w http.ResponseWriter, r *http.Request, p Principa
 		}
 		sessionID, err = tx.InsertTerminalSession(r.Context(), store.NewTerminalSession{AllocationID: rec.ID, TenantID: rec.TenantID,
 			NodeID: rec.NodeID, Actor: p.Name + " (" + p.TokenID + ")", ActorRole: p.Role, TokenID: p.TokenID, Mode: req.Mode,
-			Command: req.Command, ClientTokenHash: pki.HashToken(clientTok), HostTokenHash: pki.HashToken(hostTok), ExpiresAt: expires})
+			Command: req.Command, ClientTokenHash: pki.HashToken(clientTok), HostTokenHash: pki.HashToken(hostTok), ExpiresAt: expires, OwnerURL: s.advertise})
 		if err != nil {
 			return err
 		}
@@ -184,6 +184,9 @@ func (s *Server) attachClient(w http.ResponseWriter, r *http.Request, p Principa
 	if err != nil {
 		return err
 	}
+	if !s.ownsSession(rec) {
+		return s.relayEnd(w, r, p, rec, "client")
+	}
 	if !s.term.Open(id) {
 		return apiErr(apiv1.CodeConflict, "the session is no longer waiting (controller restarted or timed out); open a new one", nil)
 	}
@@ -202,11 +205,16 @@ func (s *Server) attachHost(w http.ResponseWriter, r *http.Request, p Principal)
 		return apiErr(apiv1.CodeUnavailable, "the terminal relay is not configured", nil)
 	}
 	id := r.PathValue("session")
-	if _, err := s.store.UseHostToken(r.Context(), id, pki.HashToken(r.Header.Get(terminal.TokenHeader)), p.NodeID); err != nil {
+	rec, err := s.store.UseHostToken(r.Context(), id, pki.HashToken(r.Header.Get(terminal.TokenHeader)), p.NodeID)
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return errUnauthorized("the host token is invalid, expired, used, or not this node's")
 		}
 		return err
+	}
+	if !s.ownsSession(rec) {
+		_ = s.store.MarkSessionOpen(r.Context(), id, time.Now().UTC())
+		return s.relayEnd(w, r, p, rec, "host")
 	}
 	conn, rw, err := s.upgrade(w, r)
 	if err != nil {
@@ -283,9 +291,18 @@ func (s *Server) getRecording(w http.ResponseWriter, r *http.Request, p Principa
 	if rec.Recording == "" {
 		return errNotFound("session " + rec.ID + " was not recorded (terminal mode with --terminal-record-dir only)")
 	}
-	b, err := os.ReadFile(rec.Recording)
-	if err != nil {
-		return errNotFound("recording of session " + rec.ID + " is gone: " + err.Error())
+	var b []byte
+	if !s.ownsSession(rec) && s.replicaTLS != nil {
+		// The owner wrote it on its disk: ask it; its answer stands unless it is unreachable
+		// (then a copy on storage both replicas mount may still serve).
+		if b, err = s.ownerRecording(r.Context(), rec); err != nil && !errors.Is(err, errOwnerUnreachable) {
+			return err
+		}
+	}
+	if b == nil {
+		if b, err = os.ReadFile(rec.Recording); err != nil {
+			return errNotFound("recording of session " + rec.ID + " is gone: " + err.Error())
+		}
 	}
 	w.Header().Set("Content-Type", "application/x-asciicast")
 	_, err = w.Write(b)

@@ -6,6 +6,8 @@ package controller
 import (
 	"fmt"
 	"net"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,6 +38,9 @@ type Config struct {
 	ReplicaWakeups bool `mapstructure:"replica_wakeups"`
 	// PprofListen serves net/http/pprof on a loopback address for profiling (empty: off).
 	PprofListen string `mapstructure:"pprof_listen"`
+	// AdvertiseURL is this replica's address for the other replicas (terminal relay); empty:
+	// https:// and the listen address (the machine's hostname when listening on all).
+	AdvertiseURL string `mapstructure:"advertise_url"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -77,6 +82,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Bool(n, true, "wake long polls held by other controller replicas through PostgreSQL NOTIFY (false: single replica)")
 		case "pprof-listen":
 			fs.String(n, "", "serve Go pprof profiles over HTTPS (the API's certificate) on this loopback HOST:PORT (debugging; empty: off)")
+		case "advertise-url":
+			fs.String(n, "", "this replica's own https://HOST:PORT for the other replicas, which relay terminal sessions it holds to it (default: the listen address; the hostname when listening on all addresses)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -148,8 +155,40 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 			return fmt.Errorf("--pprof-listen %q: want a loopback HOST:PORT such as 127.0.0.1:6060 (profiles are not authenticated)", c.PprofListen)
 		}
 	}
+	if c.AdvertiseURL != "" {
+		if err := checkAdvertiseURL(c.AdvertiseURL); err != nil {
+			return err
+		}
+	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")
 	}
 	return nil
+}
+
+// checkAdvertiseURL accepts https://HOST[:PORT] and nothing else: other replicas dial it.
+func checkAdvertiseURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("--advertise-url %q: want https://HOST[:PORT], this replica's own address (not a load balancer's)", s)
+	}
+	return nil
+}
+
+// advertiseURL is the configured --advertise-url, or https:// and the address the listener
+// got (the machine's hostname in place of an unspecified address).
+func advertiseURL(cfg Config, bound net.Addr) (string, error) {
+	if cfg.AdvertiseURL != "" {
+		return strings.TrimRight(cfg.AdvertiseURL, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("--advertise-url: no hostname to default to: %w", err)
+		}
+	}
+	return "https://" + net.JoinHostPort(host, port), nil
 }

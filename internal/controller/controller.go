@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,8 +163,21 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	// The API's creates queue their slice's provisioning task in the create transaction and
 	// wake its host through this dispatcher (no outbox hop).
 	svc.SetTaskPlanner(disp)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	advertise, replicaTLS, err := replicaIdentity(cfg, ln.Addr(), ca, log)
+	if err != nil {
+		return err
+	}
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
-		Terminal: api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir}})
+		Terminal:     api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir},
+		AdvertiseURL: advertise, ReplicaTLS: replicaTLS})
+	if err := apiSrv.EndStaleSessions(ctx); err != nil {
+		return fmt.Errorf("terminal sessions of this replica's previous run: %w", err)
+	}
 
 	go apiSrv.RunBackground(dctx)
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
@@ -176,10 +190,6 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 			return err
 		}
 		defer stopPprof()
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	addrFile := filepath.Join(cfg.StateDir, "controller.addr")
 	if err := pki.WriteFileAtomic(addrFile, []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
@@ -201,7 +211,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
-	log.Info("gpuaas-controller serving", "addr", "https://"+ln.Addr().String(), "version", version,
+	log.Info("gpuaas-controller serving", "addr", "https://"+ln.Addr().String(), "advertise_url", advertise, "version", version,
 		"ca", pki.Paths{Dir: cfg.StateDir}.CACert(), "admin_token", pki.Paths{Dir: cfg.StateDir}.AdminToken())
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
 
@@ -218,8 +228,36 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	// Terminal sessions run on hijacked connections, which Shutdown does not track: end and
+	// record them here, telling their clients why.
+	apiSrv.EndAllSessions("controller replica shutting down")
 	_ = os.Remove(addrFile)
 	return nil
+}
+
+// replicaIdentity is this replica's advertised URL and its client configuration for reaching
+// other replicas (a controller certificate minted from the CA). A server certificate that
+// does not name the advertised host is logged: other replicas would refuse to relay to it.
+func replicaIdentity(cfg Config, bound net.Addr, ca *pki.CA, log *slog.Logger) (string, *tls.Config, error) {
+	adv, err := advertiseURL(cfg, bound)
+	if err != nil {
+		return "", nil, err
+	}
+	u, err := url.Parse(adv)
+	if err != nil {
+		return "", nil, fmt.Errorf("--advertise-url: %w", err)
+	}
+	if pair, err := tls.LoadX509KeyPair(pki.Paths{Dir: cfg.StateDir}.ServerCert(), pki.Paths{Dir: cfg.StateDir}.ServerKey()); err == nil && pair.Leaf != nil {
+		if err := pair.Leaf.VerifyHostname(u.Hostname()); err != nil {
+			log.Warn("the server certificate does not name this replica's advertised host: other replicas cannot relay terminal sessions to it "+
+				"(add it with `gpuaas-controller init --hostname`, or set --advertise-url)", "advertise_url", adv, "err", err)
+		}
+	}
+	replicaTLS, err := ca.ReplicaTLSConfig(u.Host)
+	if err != nil {
+		return "", nil, fmt.Errorf("replica credentials: %w", err)
+	}
+	return adv, replicaTLS, nil
 }
 
 // servePprof serves Go's runtime profiles on a loopback address (validated by config), over

@@ -2,7 +2,6 @@ package slicevm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -52,8 +51,8 @@ func (c *countingStream) Write(p []byte) (int, error) {
 // controller): terminal mode SSHes into the guest as the image's user with the host relay
 // key, checking the guest host key pinned at readiness; stdio mode is the guest's port 22 as
 // raw bytes. The session ends when either side closes.
-func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.ReadWriteCloser) (task.TerminalOutput, error) {
-	out := task.TerminalOutput{Mode: p.Mode}
+func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.ReadWriteCloser) (out task.TerminalOutput, err error) {
+	out = task.TerminalOutput{Mode: p.Mode}
 	cs := &countingStream{ReadWriteCloser: stream}
 	defer func() { out.BytesIn, out.BytesOut = cs.in, cs.out }()
 	ip := net.ParseIP(p.GuestIP)
@@ -106,11 +105,6 @@ func (h *Host) Terminal(ctx context.Context, p *task.TerminalOpen, stream io.Rea
 		return out, h.console(ctx, p, cs)
 	}
 	return out, fmt.Errorf("terminal: unknown mode %q", p.Mode)
-}
-
-// Terminal in the sim runtime: there is no VM to enter.
-func (Sim) Terminal(context.Context, *task.TerminalOpen, io.ReadWriteCloser) (task.TerminalOutput, error) {
-	return task.TerminalOutput{}, errors.New("the sim runtime runs no VM: no terminal to open")
 }
 
 // console streams the VM's serial console (read-only: go-libvirt's console stream carries

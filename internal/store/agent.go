@@ -327,8 +327,14 @@ func (s *Store) Notify(ctx context.Context, channel, payload string) error {
 // ctx ends; it reconnects after connection loss.
 // onReady (may be nil) runs each time the LISTEN is in place.
 func (s *Store) Listen(ctx context.Context, channel string, fn func(payload string), onErr func(error), onReady func()) {
+	s.ListenEach(ctx, map[string]func(string){channel: fn}, onErr, onReady)
+}
+
+// ListenEach is Listen on several channels over one connection (each costs the pool nothing
+// more), calling each channel's fn.
+func (s *Store) ListenEach(ctx context.Context, fns map[string]func(payload string), onErr func(error), onReady func()) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, fn, onReady)
+		err := s.listenOnce(ctx, fns, onReady)
 		if ctx.Err() != nil {
 			return
 		}
@@ -343,14 +349,16 @@ func (s *Store) Listen(ctx context.Context, channel string, fn func(payload stri
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string), onReady func()) error {
+func (s *Store) listenOnce(ctx context.Context, fns map[string]func(string), onReady func()) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return err
+	for channel := range fns {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	if onReady != nil {
 		onReady()
@@ -364,9 +372,11 @@ func (s *Store) listenOnce(ctx context.Context, channel string, fn func(string),
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", channel, err)
+			return fmt.Errorf("listen: %w", err)
 		}
-		fn(n.Payload)
+		if fn := fns[n.Channel]; fn != nil {
+			fn(n.Payload)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ type NewTerminalSession struct {
 	Mode, Command                  string
 	ClientTokenHash, HostTokenHash string
 	ExpiresAt                      time.Time
+	OwnerURL                       string // the replica splicing it (--advertise-url)
 }
 
 // TerminalSessionRecord is a session row (Recording is the controller-side file).
@@ -24,14 +25,15 @@ type TerminalSessionRecord struct {
 	NodeID    string
 	TokenID   string
 	Recording string
+	OwnerURL  string // the replica that splices the session ("" = a pre-relay controller)
 }
 
 const sessionColumns = `id::text, allocation_id::text, tenant_id::text, node_id::text, actor, actor_role, token_id, mode, command,
-	status, created_at, started_at, ended_at, bytes_in, bytes_out, exit_status, end_reason, recording`
+	status, created_at, started_at, ended_at, bytes_in, bytes_out, exit_status, end_reason, recording, owner_url`
 
 func scanSession(r pgx.Row, s *TerminalSessionRecord) error {
 	err := r.Scan(&s.ID, &s.AllocationID, &s.TenantID, &s.NodeID, &s.Actor, &s.ActorRole, &s.TokenID, &s.Mode, &s.Command,
-		&s.Status, &s.CreatedAt, &s.StartedAt, &s.EndedAt, &s.BytesIn, &s.BytesOut, &s.ExitStatus, &s.EndReason, &s.Recording)
+		&s.Status, &s.CreatedAt, &s.StartedAt, &s.EndedAt, &s.BytesIn, &s.BytesOut, &s.ExitStatus, &s.EndReason, &s.Recording, &s.OwnerURL)
 	s.Recorded = s.Recording != ""
 	return err
 }
@@ -48,8 +50,9 @@ func (t *Tx) CountLiveSessions(ctx context.Context, tenantID string) (int, error
 func (t *Tx) InsertTerminalSession(ctx context.Context, s NewTerminalSession) (string, error) {
 	var id string
 	err := t.tx.QueryRow(ctx, `INSERT INTO terminal_sessions (allocation_id, tenant_id, node_id, actor, actor_role, token_id, mode, command,
-			client_token_hash, host_token_hash, expires_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) RETURNING id::text`,
-		s.AllocationID, s.TenantID, s.NodeID, s.Actor, s.ActorRole, s.TokenID, s.Mode, s.Command, s.ClientTokenHash, s.HostTokenHash, s.ExpiresAt).Scan(&id)
+			client_token_hash, host_token_hash, expires_at, owner_url) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING id::text`,
+		s.AllocationID, s.TenantID, s.NodeID, s.Actor, s.ActorRole, s.TokenID, s.Mode, s.Command, s.ClientTokenHash, s.HostTokenHash, s.ExpiresAt,
+		s.OwnerURL).Scan(&id)
 	return id, translate(err)
 }
 
@@ -90,6 +93,21 @@ func (t *Tx) EndSession(ctx context.Context, id string, started, ended time.Time
 		bytes_in = $4, bytes_out = $5, exit_status = $6, end_reason = $7, recording = $8 WHERE id = $1::uuid`,
 		uuidArg(id), started, ended, in, out, exit, reason, recording)
 	return translate(err)
+}
+
+// EndLiveSession ends a session that is not ended yet (its owning replica is gone), saying
+// why; it reports whether it did. A session already ended keeps its record.
+func (t *Tx) EndLiveSession(ctx context.Context, id, reason string) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
+		WHERE id = $1::uuid AND status <> 'ended'`, uuidArg(id), reason)
+	return tag.RowsAffected() == 1, translate(err)
+}
+
+// EndOwnedSessions ends every live session owned by ownerURL: a replica starting again at
+// the same address holds none of them in memory any more.
+func (t *Tx) EndOwnedSessions(ctx context.Context, ownerURL, reason string) ([]TerminalSessionRecord, error) {
+	return queryAll(ctx, t.tx, scanSession, `UPDATE terminal_sessions SET status = 'ended', ended_at = now(), end_reason = $2
+		 WHERE owner_url = $1 AND owner_url <> '' AND status <> 'ended' RETURNING `+sessionColumns, ownerURL, reason)
 }
 
 // ExpireSessions ends pending sessions nobody attached to in time.

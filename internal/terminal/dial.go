@@ -31,6 +31,7 @@ func (c BufferedConn) Read(p []byte) (int, error) { return c.R.Read(p) }
 // RefusedError is the controller answering an attach with something other than 101.
 type RefusedError struct {
 	Status string
+	Code   int // the HTTP status code
 	Body   []byte
 }
 
@@ -81,7 +82,7 @@ func Dial(ctx context.Context, tlsCfg *tls.Config, base, path string, header htt
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		conn.Close()
-		return nil, &RefusedError{Status: resp.Status, Body: body}
+		return nil, &RefusedError{Status: resp.Status, Code: resp.StatusCode, Body: body}
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return BufferedConn{conn, br}, nil

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type session struct {
 	client, host    net.Conn
 	paired          chan struct{} // closed when both sides are attached
 	done            chan struct{} // closed when the session ended
+	recorded        chan struct{} // closed once OnEnd returned
 	endOnce         sync.Once
 	reason          string
 	stats           Stats
@@ -58,7 +60,7 @@ var ErrNoSession = errors.New("no such terminal session waiting")
 
 // Expect registers a session both sides will attach to within ttl.
 func (h *Hub) Expect(id, alloc, mode string, cols, rows int, ttl time.Duration) {
-	s := &session{id: id, alloc: alloc, mode: mode, cols: cols, rows: rows, paired: make(chan struct{}), done: make(chan struct{}), created: time.Now().UTC()}
+	s := &session{id: id, alloc: alloc, mode: mode, cols: cols, rows: rows, paired: make(chan struct{}), done: make(chan struct{}), recorded: make(chan struct{}), created: time.Now().UTC()}
 	h.mu.Lock()
 	if h.sessions == nil {
 		h.sessions = map[string]*session{}
@@ -123,19 +125,10 @@ func (h *Hub) attach(id string, c net.Conn, client bool) error {
 func (h *Hub) Fail(id, reason string) {
 	h.mu.Lock()
 	s, ok := h.sessions[id]
-	var client net.Conn
-	if ok {
-		client = s.client
-	}
 	h.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		h.end(s, reason)
 	}
-	if client != nil && s.mode != ModeStdio {
-		_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_ = WriteFrame(client, FrameExit, Exit(255, reason))
-	}
-	h.end(s, reason)
 }
 
 // CloseAllocation ends every session of an allocation (it started releasing).
@@ -154,6 +147,30 @@ func (h *Hub) CloseAllocation(alloc string) int {
 	return len(ss)
 }
 
+// CloseAll ends every session (the controller is shutting down), telling framed clients why,
+// and waits up to wait for the running ones to be recorded (OnEnd). It returns how many it
+// ended.
+func (h *Hub) CloseAll(reason string, wait time.Duration) int {
+	h.mu.Lock()
+	ss := make([]*session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		ss = append(ss, s)
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		h.end(s, reason)
+	}
+	deadline := time.After(wait)
+	for _, s := range ss {
+		select {
+		case <-s.recorded:
+		case <-deadline:
+			return len(ss)
+		}
+	}
+	return len(ss)
+}
+
 // Count is the number of sessions registered or running.
 func (h *Hub) Count() int {
 	h.mu.Lock()
@@ -161,24 +178,42 @@ func (h *Hub) Count() int {
 	return len(h.sessions)
 }
 
+// end ends a session once. A framed client that got no exit frame is told why with one
+// (status 255, the reason): a client never sees a bare close from a live controller, so a
+// bare close means the controller itself went away. A spliced session's client is told and
+// closed by splice, once the host's bytes stopped flowing to it.
 func (h *Hub) end(s *session, reason string) {
 	s.endOnce.Do(func() {
 		h.mu.Lock()
 		delete(h.sessions, s.id)
 		client, host, spliced := s.client, s.host, s.spliced
 		h.mu.Unlock()
-		for _, c := range []net.Conn{client, host} {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
 		s.reason = reason
+		if host != nil {
+			_ = host.Close()
+		}
+		if client != nil && !spliced {
+			lastWord(client, s.mode, reason)
+			_ = client.Close()
+		}
 		close(s.done)
-		if !spliced && h.OnEnd != nil {
+		if !spliced {
 			// Never ran: record why (splice records the sessions that ran).
-			h.OnEnd(Stats{SessionID: s.id, AllocationID: s.alloc, Mode: s.mode, Started: s.created, Ended: time.Now().UTC(), Reason: reason})
+			if h.OnEnd != nil {
+				h.OnEnd(Stats{SessionID: s.id, AllocationID: s.alloc, Mode: s.mode, Started: s.created, Ended: time.Now().UTC(), Reason: reason})
+			}
+			close(s.recorded)
 		}
 	})
+}
+
+// lastWord sends a framed client the exit frame of a session ending without the guest's.
+func lastWord(client net.Conn, mode, reason string) {
+	if mode == ModeStdio {
+		return // raw bytes of the guest's SSH: nothing may be added
+	}
+	_ = client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_ = WriteFrame(client, FrameExit, Exit(255, reason))
 }
 
 // counter counts bytes and marks activity.
@@ -234,12 +269,15 @@ func (h *Hub) splice(s *session) {
 		close(parsed)
 	}
 	reasons := make(chan string, 2)
+	watch := &exitWatch{}
+	hostDone := make(chan struct{})
 	go func() {
 		_, err := io.Copy(io.MultiWriter(s.host, in), s.client)
 		reasons <- closeReason("client closed", err)
 	}()
 	go func() {
-		ws := []io.Writer{s.client, out}
+		defer close(hostDone)
+		ws := []io.Writer{s.client, watch, out}
 		if parse != nil {
 			ws = append(ws, parse)
 		}
@@ -264,14 +302,20 @@ loop:
 			}
 		}
 	}
-	h.end(s, reason)
+	h.end(s, reason) // closes the host: its copy to the client stops
+	_ = s.client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	<-hostDone
+	if s.reason != "" {
+		reason = s.reason
+	}
+	if !watch.sawExit() && !strings.HasPrefix(reason, "client closed") {
+		lastWord(s.client, s.mode, reason)
+	}
+	_ = s.client.Close()
 	if parse != nil {
 		_ = parse.Close()
 	}
 	<-parsed
-	if s.reason != "" {
-		reason = s.reason
-	}
 	if s.stats.ExitStatus != nil && (reason == "host closed" || reason == "client closed") {
 		reason = "exited"
 	}
@@ -282,6 +326,7 @@ loop:
 	if h.OnEnd != nil {
 		h.OnEnd(s.stats)
 	}
+	close(s.recorded)
 }
 
 func closeReason(who string, err error) string {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -152,7 +153,8 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	c, d := net.Pipe()
 	go func() { _ = h.AttachClient("r1", b) }()
 	go func() { _ = h.AttachHost("r1", c) }()
-	go func() { _, _ = io.Copy(io.Discard, a) }()
+	told := make(chan string, 1)
+	go func() { told <- exitMessage(a) }() // a live relay never closes a framed client bare
 	go func() { _, _ = io.Copy(io.Discard, d) }()
 	for h.Count() == 1 && !isSpliced(h, "r1") {
 		time.Sleep(time.Millisecond) // until paired; bounded by the test timeout
@@ -163,14 +165,20 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	if st := wait(t, ended); st.Reason != "allocation released" {
 		t.Fatalf("reason %q", st.Reason)
 	}
+	if m := <-told; m != "255 allocation released" {
+		t.Fatalf("the client was told %q", m)
+	}
 
 	// Idle: no traffic either way ends it.
 	h2, ended2 := newHub(t, 50*time.Millisecond, "")
 	h2.Expect("i1", "a", ModeTerminal, 0, 0, time.Minute)
-	_, b2 := net.Pipe()
+	a2, b2 := net.Pipe()
 	c2, _ := net.Pipe()
 	go func() { _ = h2.AttachClient("i1", b2) }()
 	go func() { _ = h2.AttachHost("i1", c2) }()
+	if m := exitMessage(a2); !strings.HasPrefix(m, "255 idle for") {
+		t.Fatalf("the idle client was told %q", m)
+	}
 	if st := wait(t, ended2); !strings.HasPrefix(st.Reason, "idle for") {
 		t.Fatalf("reason %q", st.Reason)
 	}
@@ -201,6 +209,21 @@ func TestSessionsEndOnReleaseIdleAndNoShow(t *testing.T) {
 	}
 }
 
+// exitMessage reads frames until the exit frame and returns "STATUS MESSAGE" ("" if the
+// connection closed first).
+func exitMessage(c net.Conn) string {
+	for {
+		typ, p, err := ReadFrame(c)
+		if err != nil {
+			return ""
+		}
+		if typ == FrameExit {
+			st, msg, _ := ParseExit(p)
+			return fmt.Sprint(st, " ", msg)
+		}
+	}
+}
+
 func isSpliced(h *Hub, id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -213,4 +236,39 @@ func isAttached(h *Hub, id string) bool {
 	defer h.mu.Unlock()
 	s, ok := h.sessions[id]
 	return ok && s.client != nil
+}
+
+// CloseAll (shutdown) ends running and waiting sessions, tells framed clients why, and
+// returns only once every session is recorded.
+func TestCloseAllRecordsBeforeReturning(t *testing.T) {
+	h, ended := newHub(t, 0, "")
+	h.Expect("c1", "a", ModeTerminal, 0, 0, time.Minute)
+	h.Expect("c2", "a", ModeStdio, 0, 0, time.Minute)
+	client, hub := net.Pipe()
+	hostHub, host := net.Pipe()
+	go func() { _ = h.AttachClient("c1", hub) }()
+	go func() { _ = h.AttachHost("c1", hostHub) }()
+	go func() { _, _ = io.Copy(io.Discard, host) }()
+	for !isSpliced(h, "c1") {
+		time.Sleep(time.Millisecond) // until paired; bounded by the test timeout
+	}
+	told := make(chan string, 1)
+	go func() { told <- exitMessage(client) }()
+	if n := h.CloseAll("controller replica shutting down", 10*time.Second); n != 2 {
+		t.Fatalf("closed %d sessions, want 2", n)
+	}
+	if len(ended) != 2 {
+		t.Fatalf("%d sessions recorded when CloseAll returned, want 2", len(ended))
+	}
+	for i := 0; i < 2; i++ {
+		if st := <-ended; st.Reason != "controller replica shutting down" {
+			t.Fatalf("reason %q", st.Reason)
+		}
+	}
+	if m := <-told; m != "255 controller replica shutting down" {
+		t.Fatalf("the client was told %q", m)
+	}
+	if h.Count() != 0 {
+		t.Fatalf("%d sessions left", h.Count())
+	}
 }
