@@ -395,6 +395,9 @@ var errLostRace = errors.New("lost slot lock race")
 // would read back for it (claims' device snapshots by slot index).
 func planOf(na store.NewAllocation, claims []store.NewClaim) store.DispatchInfo {
 	js := func(v any) json.RawMessage {
+		if raw, ok := v.(json.RawMessage); ok {
+			return raw // a device snapshot as the database built it
+		}
 		b, _ := json.Marshal(v)
 		return b
 	}

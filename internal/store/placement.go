@@ -291,7 +291,7 @@ type LockedSlot struct {
 	NodeID    string
 	SlotIndex int
 	FabricVF  string
-	Snapshot  map[string]any
+	Snapshot  json.RawMessage // the claim's device snapshot, as the database built it
 }
 
 // LockAvailableSlots locks n available slots of a node FOR UPDATE SKIP LOCKED, taken from
@@ -322,7 +322,7 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, a
 	var out []LockedSlot
 	for rows.Next() {
 		var l LockedSlot
-		if err := rows.Scan(&l.ID, &l.NodeID, &l.SlotIndex, &l.FabricVF, &l.Snapshot); err != nil {
+		if err := rows.Scan(&l.ID, &l.NodeID, &l.SlotIndex, &l.FabricVF, rawJSON(&l.Snapshot)); err != nil {
 			return nil, translate(err)
 		}
 		out = append(out, l)
@@ -537,7 +537,9 @@ func queueClaims(batch *pgx.Batch, allocID string, claims []NewClaim) []string {
 	snaps := make([][]byte, 0, len(claims))
 	for _, c := range claims {
 		snap := []byte("{}")
-		if c.Snapshot != nil {
+		if raw, ok := c.Snapshot.(json.RawMessage); ok && len(raw) > 0 {
+			snap = raw // built by the database: no round trip through encoding/json
+		} else if c.Snapshot != nil {
 			snap, _ = json.Marshal(c.Snapshot)
 		}
 		nodes, slots, kinds, vfs = append(nodes, uuidArg(c.NodeID)), append(slots, c.SlotID), append(kinds, c.Kind), append(vfs, c.FabricVF)
