@@ -328,7 +328,22 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 				return "", planInvalid("slice bridge %s does not exist", h.cfg.Bridge)
 			}
 			var err error
-			alreadyRunning = h.running(out.VMName)
+			st, serr := h.cfg.Hypervisor.State(out.VMName)
+			switch {
+			case serr != nil:
+				return "", fmt.Errorf("domain %s: %w", out.VMName, serr)
+			case st == hypervisor.Running:
+				alreadyRunning = true // adopted: its disk is in use, it is not written or defined again
+			case st != hypervisor.NotFound:
+				// Left by an attempt killed between define and a running guest (defined but never
+				// started, paused, shutting down): this allocation's own domain, not yet handed to
+				// its tenant. Remove it, so this attempt writes the disk with nothing attached and
+				// defines the domain afresh (define would refuse the name under a new UUID).
+				h.destroyAndUndefine(out.VMName)
+				if st2, err := h.cfg.Hypervisor.State(out.VMName); err != nil || st2 != hypervisor.NotFound {
+					return "", fmt.Errorf("domain %s left by an earlier attempt (%v) could not be removed (%v, %v)", out.VMName, st, st2, err)
+				}
+			}
 			if disks, err = h.validateDisks(p.Bundles); err != nil {
 				return "", err
 			}
