@@ -68,33 +68,43 @@ func RusageCPU(ru *syscall.Rusage) time.Duration {
 
 // procCPU returns a process's own CPU time and that of its reaped children.
 func procCPU(pid int) (self, reaped time.Duration, err error) {
-	f, err := procStat(pid)
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, 0, err
 	}
-	// Fields after the command: state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
-	n := func(i int) time.Duration {
-		v, _ := strconv.ParseInt(f[i-3], 10, 64)
-		return time.Duration(v) * clockTick
-	}
-	return n(14) + n(15), n(16) + n(17), nil
+	return StatCPU(string(b))
 }
 
-// procStat returns /proc/PID/stat's fields from the state on (field 3), the command name
-// (which may hold spaces and parentheses) cut off.
-func procStat(pid int) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+// StatCPU reads a /proc/PID/stat line's utime+stime and cutime+cstime (fields 14-17, in
+// USER_HZ ticks); the command name, field 2, may hold spaces and parentheses, so fields
+// count from its last ')'.
+func StatCPU(stat string) (self, reaped time.Duration, err error) {
+	f, err := statFields(stat)
 	if err != nil {
-		return nil, err
+		return 0, 0, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
+	n := func(i int) (time.Duration, error) {
+		v, err := strconv.ParseInt(f[i-3], 10, 64)
+		return time.Duration(v) * clockTick, err
+	}
+	var t [4]time.Duration
+	for k := range t {
+		if t[k], err = n(14 + k); err != nil {
+			return 0, 0, fmt.Errorf("stat field %d: %w", 14+k, err)
+		}
+	}
+	return t[0] + t[1], t[2] + t[3], nil
+}
+
+// statFields returns a stat line's fields from the state on (field 3).
+func statFields(stat string) ([]string, error) {
+	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no command field", pid)
+		return nil, fmt.Errorf("stat: no command name in %.40q", stat)
 	}
-	f := strings.Fields(s[i+1:])
+	f := strings.Fields(stat[i+1:])
 	if len(f) < 15 {
-		return nil, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return nil, fmt.Errorf("stat: %d fields", len(f))
 	}
 	return f, nil
 }
@@ -111,7 +121,11 @@ func children(pid int) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		f, err := procStat(p)
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		f, err := statFields(string(b))
 		if err != nil {
 			continue
 		}

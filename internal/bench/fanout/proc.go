@@ -93,26 +93,10 @@ func (p proc) cpu() (time.Duration, error) {
 	return cpuTime(string(b))
 }
 
-// cpuTime reads utime and stime (fields 14 and 15, in clock ticks of 1/100 s) from
-// /proc/PID/stat; the command name, field 2, may hold spaces, so fields count from its ')'.
+// cpuTime is a /proc/PID/stat line's utime+stime (benchenv.StatCPU).
 func cpuTime(stat string) (time.Duration, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat: no command name in %.40q", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields", len(f))
-	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("stat: %w", err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	self, _, err := benchenv.StatCPU(stat)
+	return self, err
 }
 
 // vmRSS reads VmRSS from /proc/PID/status, in bytes.
