@@ -270,8 +270,10 @@ func apiError(resp *http.Response, data []byte) error {
 	return fmt.Errorf("%s", resp.Status)
 }
 
-// jitterWait spreads a long poll's wait over ±10% (whole milliseconds), so hosts that
-// reconnected together (a controller restart) do not renew their polls in waves.
+// jitterWait spreads a long poll's wait over the 20% below d (whole milliseconds), so hosts
+// that reconnected together (a controller restart) do not renew their polls in waves. The
+// configured wait is the most a poll asks for: poll_wait may be the controller's maximum (60s),
+// and a wait above it is refused (jitter of ±10% made every other poll at 60s a 400).
 func jitterWait(d time.Duration) time.Duration {
 	if d < 10*time.Millisecond {
 		return d
@@ -280,8 +282,7 @@ func jitterWait(d time.Duration) time.Duration {
 	if err != nil {
 		return d
 	}
-	j := time.Duration(n.Int64()) - d/10
-	return (d + j).Round(time.Millisecond)
+	return (d - time.Duration(n.Int64())).Truncate(time.Millisecond)
 }
 
 // maxPollTasks is the most tasks one poll asks for (the controller's limit).

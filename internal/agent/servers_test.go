@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -111,6 +112,24 @@ func TestSimHoldPhaseValidated(t *testing.T) {
 		}
 		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("hold %q on %s: %v, want an error containing %q", tc.hold, tc.runtime, err, tc.err)
+		}
+	}
+}
+
+// A poll never asks for more than the configured wait: at poll_wait's maximum (60s, the
+// controller's limit) a jittered wait above it would be refused.
+func TestJitterWaitNeverExceedsTheConfiguredWait(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 30 * time.Second, 60 * time.Second} {
+		lo := d
+		for range 2000 {
+			w := jitterWait(d)
+			if w > d || w < d-d/5-time.Millisecond {
+				t.Fatalf("jitterWait(%s) = %s, want within [%s, %s]", d, w, d-d/5, d)
+			}
+			lo = min(lo, w)
+		}
+		if lo > d-d/20 {
+			t.Fatalf("jitterWait(%s) never went below %s in 2000 draws: no jitter", d, lo)
 		}
 	}
 }
