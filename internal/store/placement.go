@@ -32,7 +32,11 @@ type CandidateSlot struct {
 // sliceBase is the node-level and slot-shape part of the seed-000 slot filter, shared by the
 // candidate query and the diagnosis query so the two can never disagree.
 const sliceBase = `
-	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + sliceWhere
+
+// sliceWhere is sliceBase's filter, for queries that reach the slots another way (the window
+// joins its node ids first, so PostgreSQL reads exactly those nodes by primary key).
+const sliceWhere = `
 	WHERE n.status = 'active'
 	  AND ($2 = '' OR n.region = $2)
 	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
@@ -44,7 +48,7 @@ const sliceBase = `
 	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'node_exclusive' AND c.status IN ` + liveClaim + `)
-	  AND NOT EXISTS (SELECT 1 FROM allocations a
+	  AND NOT EXISTS (SELECT 1 FROM allocations a -- index allocations_live_baremetal (migration 009)
 	                  WHERE a.node_id = n.id AND a.capacity_shape = 'baremetal'
 	                    AND a.status NOT IN ('released', 'failed'))`
 
@@ -54,8 +58,9 @@ const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
 
 const fabricOK = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
 	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''
-	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
+	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c -- index claims_one_live_per_fabric_vf
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
+	                    AND c.fabric_vf_pci_address <> ''
 	                    AND c.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address')
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots o
 	                  WHERE o.node_id = s.node_id AND o.id <> s.id AND o.status <> 'disabled'
@@ -116,6 +121,16 @@ const windowFrom = `FROM nodes n
 		  AND (n.available_slots, n.name) > ($6, $7)
 		ORDER BY n.available_slots, n.name LIMIT $8`
 
+// windowCandidatesSQL is the full slot filter on a window's nodes (windowSQL's arguments),
+// reading each node by primary key and each check through an index that holds only live
+// rows: its cost does not grow with the fleet nor with the allocation history
+// (TestWindowCostIgnoresAllocationHistory).
+const windowCandidatesSQL = `WITH win AS MATERIALIZED (` + windowIDs + `)
+		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1)
+		FROM win JOIN nodes n ON n.id = win.id JOIN node_resource_slots s ON s.node_id = n.id` +
+	sliceWhere + ` AND NOT n.draining AND ` + storageOK + ` AND ` + fabricOK + `
+		ORDER BY n.name, s.slot_index`
+
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
 type Window struct {
@@ -143,10 +158,7 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 	// planner's milliseconds on each reservation (their best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(windowSQL, args...)
-	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`)
-		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1) `+
-		sliceBase+` AND NOT n.draining AND `+storageOK+` AND `+fabricOK+` AND n.id = ANY(ARRAY(SELECT id FROM win))
-		ORDER BY n.name, s.slot_index`, args...)
+	b.Queue(windowCandidatesSQL, args...)
 	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`) `+topologySQL("ARRAY(SELECT id FROM win)"), args...)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
