@@ -97,12 +97,22 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, statusFor(ae.Code), ae)
 }
 
+// writeJSON answers with v as compact JSON (clients format it for people: gpuaasctl
+// indents its -o json output) in one write with its length declared, so the whole answer
+// goes out in the fewest frames (issue 9: indenting and a chunked body cost 5% of the
+// controller's CPU per create+release pair).
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only an unencodable value (a programming error) gets here; say so, not half a body.
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(apiv1.Error{Code: apiv1.CodeInternal, Message: "response could not be encoded"})
+	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_, _ = w.Write(b)
 }
 
 // decode reads exactly one JSON value, size-limited, valid UTF-8 (the JSON decoder would
