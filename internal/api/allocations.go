@@ -59,9 +59,12 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	if err != nil {
 		return err
 	}
-	s.endSessions(r.Context(), "release", out.ID, "")
+	// Released at once: the allocation never reached its host, so it was never active and no
+	// terminal session can exist for it (they open only while active): nothing to end here or
+	// on another replica, and no NOTIFY round trip on the request path (issue 9).
 	if out.Status != "released" {
-		s.kick() // the host tears down and wipes (released at once: nothing for a host to do)
+		s.endSessions(r.Context(), "release", out.ID, "")
+		s.kick() // the host tears down and wipes
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
