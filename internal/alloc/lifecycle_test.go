@@ -278,3 +278,80 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatalf("tenant has %d allocations, want 1", len(list))
 	}
 }
+
+// A host's batch of provisioning tasks marks every allocation in one round trip: requested
+// ones move to provisioning with their claims and slots (one outbox event each), one already
+// provisioning stays (a redelivery), one released before its host took the task is reported
+// released so its task is not delivered.
+func TestMarkProvisioningManyMovesTheBatchAtOnce(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1)
+	a1, a2, a3, a4 := b.mustCreate(2), b.mustCreate(1), b.mustCreate(1), b.mustCreate(1)
+	if err := b.svc.MarkProvisioning(b.ctx, a3.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Release(b.ctx, b.tenant, a4.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.svc.MarkProvisioningMany(b.ctx, []string{a1.ID, a2.ID, a3.ID, a4.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{a1.ID: "provisioning", a2.ID: "provisioning", a3.ID: "provisioning", a4.ID: "released"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	for _, a := range []apiv1.Allocation{a1, a2} {
+		full, err := b.svc.Get(b.ctx, b.admin, a.ID)
+		if err != nil || full.Status != "provisioning" {
+			t.Fatalf("%s: %s, %v", a.ID, full.Status, err)
+		}
+		for _, c := range full.Claims {
+			if c.Status != "provisioning" {
+				t.Fatalf("%s: claim on slot %s is %s", a.ID, c.SlotID, c.Status)
+			}
+			slots, _ := b.st.ListSlots(b.ctx, mustNode(b, "n1").ID)
+			for _, s := range slots {
+				if s.ID == c.SlotID && s.Status != "provisioning" {
+					t.Fatalf("slot %d is %s", s.SlotIndex, s.Status)
+				}
+			}
+		}
+	}
+	if s := slotStatus(b, "n1", 7); s != "available" {
+		t.Fatalf("an unclaimed slot moved: %s", s)
+	}
+	// Again (a redelivered batch): nothing changes, no new events.
+	before := provisioningEvents(b)
+	if before != 3 {
+		t.Fatalf("%d allocation.provisioning events, want 3 (a3 once by MarkProvisioning, a1 and a2 by the batch)", before)
+	}
+	if got, err := b.svc.MarkProvisioningMany(b.ctx, []string{a1.ID, a2.ID}); err != nil || got[a1.ID] != "provisioning" {
+		t.Fatalf("again: %v, %v", got, err)
+	}
+	if after := provisioningEvents(b); after != before {
+		t.Fatalf("a redelivered batch wrote %d more events", after-before)
+	}
+	if _, err := b.svc.MarkProvisioningMany(b.ctx, []string{"00000000-0000-0000-0000-000000000001"}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown allocation: %v, want not found", err)
+	}
+	if v, err := b.st.Invariants(b.ctx); err != nil || len(v) > 0 {
+		t.Fatalf("invariants: %v, %v", v, err)
+	}
+}
+
+// provisioningEvents counts the allocation.provisioning outbox events waiting for the worker.
+func provisioningEvents(b *testBundle) int {
+	b.t.Helper()
+	n := 0
+	b.tx(func(tx *store.Tx) error {
+		evs, err := tx.PendingOutbox(b.ctx, 1000)
+		for _, e := range evs {
+			if e.Topic == "allocation.provisioning" {
+				n++
+			}
+		}
+		return err
+	})
+	return n
+}

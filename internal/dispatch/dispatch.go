@@ -431,8 +431,10 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 			if len(trs) == 0 {
 				d.hub.Empty(nodeID, gen, d.now())
 			}
+			// Every provisioning allocation of the batch is marked in one transaction.
+			marks, markErr := d.markProvisioning(ctx, trs)
 			for _, tr := range trs {
-				env, err := d.sign(ctx, tr)
+				env, err := d.sign(ctx, tr, marks, markErr)
 				switch {
 				case err == nil:
 					out = append(out, env)
@@ -466,25 +468,35 @@ func (d *Dispatcher) PollMany(ctx context.Context, nodeID string, wait time.Dura
 // query: a task whose lease expired (its host died mid-task) becomes runnable without a wake.
 const emptyRecheck = time.Minute
 
-func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord) (*task.Envelope, error) {
+// markProvisioning marks the allocations of a batch's provisioning tasks provisioning (the
+// host has the plan; idempotent on redelivery) in one transaction, and returns each
+// allocation's status afterwards.
+func (d *Dispatcher) markProvisioning(ctx context.Context, trs []store.TaskRecord) (map[string]string, error) {
+	var ids []string
+	for _, tr := range trs {
+		if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
+			ids = append(ids, tr.AllocationID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return d.alloc.MarkProvisioningMany(ctx, ids)
+}
+
+// sign signs a leased task for its host; a provisioning task only once its allocation is
+// provisioning or active (marks, markErr: markProvisioning's answer for the batch). One whose
+// allocation was released or failed before its host took it is cancelled, not delivered.
+func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord, marks map[string]string, markErr error) (*task.Envelope, error) {
 	if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
-		// The host has the plan: the allocation is provisioning (idempotent on redelivery).
-		if err := d.alloc.MarkProvisioning(ctx, tr.AllocationID); err != nil {
-			if !isConflict(err) {
+		if markErr != nil {
+			return nil, markErr
+		}
+		if st := marks[tr.AllocationID]; st != "provisioning" && st != "active" {
+			if err := d.st.CancelTask(ctx, tr.ID, "allocation is "+st+"; not delivered"); err != nil {
 				return nil, err
 			}
-			// Idempotent for a redelivery (already provisioning or active); anything else
-			// means the allocation was released or failed before its host took the task.
-			rec, gerr := d.st.GetAllocation(ctx, tr.AllocationID, "")
-			if gerr != nil {
-				return nil, gerr
-			}
-			if rec.Status != "provisioning" && rec.Status != "active" {
-				if err := d.st.CancelTask(ctx, tr.ID, "allocation is "+rec.Status+"; not delivered"); err != nil {
-					return nil, err
-				}
-				return nil, errTaskCancelled
-			}
+			return nil, errTaskCancelled
 		}
 	}
 	e := &task.Envelope{TaskID: tr.ID, NodeID: tr.NodeID, Type: task.Type(tr.Type), Payload: tr.Payload,

@@ -226,6 +226,47 @@ func (t *Tx) Transition(ctx context.Context, tr Transition) error {
 	return translate(t.tx.SendBatch(ctx, b).Close())
 }
 
+// MarkProvisioning moves every allocation of ids that is still requested to provisioning
+// (their live claims and slots too, one allocation.provisioning outbox event each: what
+// Transition does for one) in one round trip, and returns every allocation's status
+// afterwards. The dispatcher calls it for a poll's whole batch of provisioning tasks.
+func (t *Tx) MarkProvisioning(ctx context.Context, ids []string) (map[string]string, error) {
+	b := &pgx.Batch{}
+	b.Queue(`WITH moved AS (
+			UPDATE allocations SET status = 'provisioning' WHERE id = ANY($1::uuid[]) AND status = 'requested'
+			RETURNING id, node_id),
+		claims AS (
+			UPDATE allocation_resource_claims c SET status = 'provisioning', released_at = NULL FROM moved
+			WHERE c.allocation_id = moved.id AND c.status NOT IN ('released', 'failed')
+			RETURNING c.slot_id),
+		slots AS ( -- data-modifying CTEs always run to completion, read or not
+			UPDATE node_resource_slots s SET status = 'provisioning', status_reason = '' FROM claims
+			WHERE s.id = claims.slot_id)
+		INSERT INTO outbox (topic, aggregate_id, node_id, payload)
+		SELECT 'allocation.provisioning', id, node_id, jsonb_build_object('allocation_id', id, 'reason', '') FROM moved`, uuidsArg(ids))
+	b.Queue(`SELECT id::text, status FROM allocations WHERE id = ANY($1::uuid[])`, uuidsArg(ids))
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, translate(err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, translate(err)
+	}
+	out := make(map[string]string, len(ids))
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return nil, translate(err)
+		}
+		out[id] = st
+	}
+	rows.Close()
+	return out, translate(rows.Err())
+}
+
 // CancelRequested releases an allocation that never reached its host, in one round trip:
 // requested -> released in one update (releasing_at = released_at), its slots back to available, its claims released, an
 // allocation.released outbox event and the audit record; it returns the allocation and its

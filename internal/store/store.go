@@ -39,6 +39,9 @@ type Store struct {
 // Options tunes the pool.
 type Options struct {
 	MaxConns int32
+	// MinConns are opened at start and kept open (pgxpool re-opens them as they age out), so a
+	// burst does not first wait for PostgreSQL to fork and authenticate new backends.
+	MinConns int32
 }
 
 // Open connects to connString and checks the connection.
@@ -52,6 +55,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	} else {
 		cfg.MaxConns = 16 // throughput peaks near 16 connections on this machine class (LAB.md)
 	}
+	cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", err)
