@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -26,15 +25,6 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	if os.Getenv("PLAN") != "" {
-		rows, _ := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+store.WindowCandidatesSQL, "h200-sxm-slice", "", "", 0.0, 1, -1, "", 8)
-		for rows.Next() {
-			var l string
-			rows.Scan(&l)
-			t.Log(l)
-		}
-		rows.Close()
-	}
 	var plan []byte
 	err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+store.WindowCandidatesSQL,
 		"h200-sxm-slice", "", "", 0.0, 1, -1, "", 8).Scan(&plan)
@@ -54,6 +44,22 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 	return out[0].Plan.Rows, out[0].Plan.Hit + out[0].Plan.Read
 }
 
+// refreshAndConnect recounts the best-fit hint (so the new nodes are in windows) and opens a
+// plain connection for EXPLAIN, closed when the test ends.
+func refreshAndConnect(t *testing.T, st *store.Store, url string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.RefreshCapacity(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // A node's allocation history must not make placement on it slower: every check of the
 // window's slot filter reads an index of live rows only. Released allocations leave dead
 // entries in allocations_node until vacuum; the baremetal check once went through it and
@@ -63,15 +69,9 @@ func TestWindowCostIgnoresAllocationHistory(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
 	n := addNode(t, st, "hist-0", 40)
-	if _, err := st.RefreshCapacity(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := refreshAndConnect(t, st, url)
 	rows0, before := windowBuffers(t, conn)
+	var err error
 	if rows0 != 8 {
 		t.Fatalf("the window finds %d candidate slots, want the node's 8", rows0)
 	}
@@ -107,16 +107,9 @@ func TestWindowCostIgnoresOtherNodesClaims(t *testing.T) {
 	for i := range 24 {
 		addNode(t, st, fmt.Sprintf("busy-%02d", i), 61+i)
 	}
-	if _, err := st.RefreshCapacity(ctx); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := refreshAndConnect(t, st, url)
 	// Fill the busy nodes: 192 live slot claims, one 8-GPU allocation per node.
-	_, err = conn.Exec(ctx, `WITH t AS (INSERT INTO tenants (name) VALUES ('busy') RETURNING id),
+	_, err := conn.Exec(ctx, `WITH t AS (INSERT INTO tenants (name) VALUES ('busy') RETURNING id),
 		a AS (INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id, price_snapshot)
 		      SELECT t.id, 'h200-sxm-slice', 'gpu_slice', 8, '', n.id, '{}' FROM t, nodes n WHERE n.name LIKE 'busy-%'
 		      RETURNING id, node_id),
