@@ -1,4 +1,4 @@
 package store
 
 // WindowCandidatesSQL lets tests EXPLAIN the placement window's candidate statement.
-const WindowCandidatesSQL = windowCandidatesSQL
+var WindowCandidatesSQL = windowCandidatesSQL

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,8 +32,8 @@ type CandidateSlot struct {
 
 // sliceBase is the node-level and slot-shape part of the seed-000 slot filter, shared by the
 // candidate query and the diagnosis query so the two can never disagree.
-const sliceBase = `
-	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + sliceWhere
+var sliceBase = `
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + strings.ReplaceAll(sliceWhere, probeFence, "")
 
 // sliceWhere is sliceBase's filter, for queries that reach the slots another way (the window
 // joins its node ids first, so PostgreSQL reads exactly those nodes by primary key).
@@ -48,29 +49,36 @@ const sliceWhere = `
 	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'node_exclusive' AND c.status IN ` + liveClaim + `
-	                  OFFSET 0)
+	                  ` + probeFence + `)
 	  AND NOT EXISTS (SELECT 1 FROM allocations a -- index allocations_live_baremetal (migration 009)
 	                  WHERE a.node_id = n.id AND a.capacity_shape = 'baremetal'
 	                    AND a.status NOT IN ('released', 'failed')
-	                  OFFSET 0)`
+	                  ` + probeFence + `)`
 
-// The "OFFSET 0" in the checks on live claims and allocations keeps each a per-row probe of
-// its partial index by (node, VF) or node. Without it PostgreSQL flattens them into anti-joins
-// and, seeing a tiny partial index in its statistics, scans every live claim of the fleet for
-// each candidate slot (the 16-client bench: 20-28 claims and 2,500-4,000 heap fetches per
-// window; a full fleet would have tens of thousands of live claims).
+// probeFence marks the end of each check on live claims and allocations. In the window's
+// statement it becomes "OFFSET 0", which keeps each check a per-slot probe of its partial
+// index by (node, VF) or node: without it PostgreSQL flattens them into anti-joins and, seeing
+// a tiny partial index in its statistics, scans every live claim of the fleet for each
+// candidate slot (the 16-client bench: 20-28 claims and 2,500-4,000 heap fetches per window;
+// a full fleet has tens of thousands of live claims). The fleet-wide statements (the
+// fallback after the windows, the diagnosis) read every slot, where a hashed anti-join is the
+// right plan, so there it becomes nothing. The predicates are the same text either way.
+const probeFence = "/*probe*/"
+
+// fabricOK is the fabric policy with fleet-wide checks (see probeFence).
+var fabricOK = strings.ReplaceAll(fabricOKWith, probeFence, "")
 
 // storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys).
 const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
 	  AND coalesce(s.capacity_metadata->>'destructive_wipe_policy', '') <> '')`
 
-const fabricOK = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
+const fabricOKWith = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
 	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c -- index claims_one_live_per_fabric_vf
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
 	                    AND c.fabric_vf_pci_address <> ''
 	                    AND c.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'
-	                  OFFSET 0)
+	                  ` + probeFence + `)
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots o
 	                  WHERE o.node_id = s.node_id AND o.id <> s.id AND o.status <> 'disabled'
 	                    AND o.capacity_metadata->>'fabric_vf_pci_address' = s.capacity_metadata->>'fabric_vf_pci_address'))`
@@ -134,11 +142,11 @@ const windowFrom = `FROM nodes n
 // reading each node by primary key and each check through an index that holds only live
 // rows: its cost does not grow with the fleet nor with the allocation history
 // (TestWindowCostIgnoresAllocationHistory).
-const windowCandidatesSQL = `WITH win AS MATERIALIZED (` + windowIDs + `)
+var windowCandidatesSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`)
 		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1)
-		FROM win JOIN nodes n ON n.id = win.id JOIN node_resource_slots s ON s.node_id = n.id` +
-	sliceWhere + ` AND NOT n.draining AND ` + storageOK + ` AND ` + fabricOK + `
-		ORDER BY n.name, s.slot_index`
+		FROM win JOIN nodes n ON n.id = win.id JOIN node_resource_slots s ON s.node_id = n.id`+
+	sliceWhere+` AND NOT n.draining AND `+storageOK+` AND `+fabricOKWith+`
+		ORDER BY n.name, s.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
