@@ -526,11 +526,6 @@ func (h *Host) validateDisks(bs []task.Bundle) ([]string, error) {
 	return out, nil
 }
 
-func (h *Host) running(name string) bool {
-	st, err := h.cfg.Hypervisor.State(name)
-	return err == nil && st == hypervisor.Running
-}
-
 // active is true unless the domain is known to be shut off or absent (an error counts as
 // active: never wipe under a domain that may run).
 func (h *Host) active(name string) bool {
