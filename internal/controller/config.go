@@ -65,7 +65,7 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 		case "log-format":
 			fs.String(n, "text", "log format: text or json")
 		case "max-db-conns":
-			fs.Int32(n, 16, "database connection pool size")
+			fs.Int32(n, 8, "database connection pool size for tenant and operator requests")
 		case "task-lease":
 			fs.Duration(n, 2*time.Minute, "visibility timeout of a leased host task; a silent host's task is redelivered after it")
 		case "provision-ttl":

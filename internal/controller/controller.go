@@ -153,7 +153,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	// Its connections are all opened at start and kept: the first leases of a burst of
 	// creates must not wait for new backends while the tenant pool keeps the CPU busy (issue 9
 	// item 5: a cold host pool added 100-300 ms to the first provisioning phase of each host).
-	hostConns := max(4, cfg.MaxDBConns/2)
+	hostConns := max(8, cfg.MaxDBConns/2)
 	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns})
 	if err != nil {
 		return err

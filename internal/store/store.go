@@ -53,7 +53,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	} else {
-		cfg.MaxConns = 16 // throughput peaks near 16 connections on this machine class (LAB.md)
+		cfg.MaxConns = 16 // callers that do not size the pool (tools, tests); the controller passes --max-db-conns
 	}
 	cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
