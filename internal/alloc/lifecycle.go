@@ -249,8 +249,17 @@ func (s *Service) transition(ctx context.Context, id, from, to, slotTo, reason s
 }
 
 // MarkProvisioning records that the host started provisioning.
+// It is MarkProvisioningMany for one allocation: a conflict unless the allocation is (now)
+// provisioning.
 func (s *Service) MarkProvisioning(ctx context.Context, id string) error {
-	return s.transition(ctx, id, AllocRequested, AllocProvisioning, SlotProvisioning, "")
+	st, err := s.MarkProvisioningMany(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	if st[id] != AllocProvisioning {
+		return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("allocation %s is %s, not %s", id, st[id], AllocRequested)}
+	}
+	return nil
 }
 
 // MarkProvisioningMany is MarkProvisioning for every allocation of a poll's batch in one

@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -400,7 +401,7 @@ func TestDatabaseRefusesSliceClaimOnExclusiveNode(t *testing.T) {
 	err := b.st.InTx(b.ctx, func(tx *store.Tx) error {
 		_, err := tx.InsertAllocation(b.ctx, store.NewAllocation{TenantID: b.tenant.TenantID, SKU: "h200-sxm-slice",
 			CapacityShape: "gpu_slice", GPUs: 1, Region: "lab", NodeID: n.ID, PriceSnapshot: map[string]any{}},
-			[]store.NewClaim{{Kind: "slot", NodeID: n.ID, SlotID: slots[0].ID, Snapshot: map[string]any{}}})
+			[]store.NewClaim{{Kind: "slot", NodeID: n.ID, SlotID: slots[0].ID, Snapshot: json.RawMessage(`{}`)}})
 		return err
 	})
 	if err == nil {
@@ -417,7 +418,7 @@ func TestDatabaseRefusesDoubleBooking(t *testing.T) {
 	err := b.st.InTx(b.ctx, func(tx *store.Tx) error {
 		_, err := tx.InsertAllocation(b.ctx, store.NewAllocation{TenantID: b.tenant.TenantID, SKU: "h200-sxm-slice",
 			CapacityShape: "gpu_slice", GPUs: 1, Region: "lab", NodeID: n.ID, PriceSnapshot: map[string]any{}},
-			[]store.NewClaim{{Kind: "slot", NodeID: n.ID, SlotID: slots[0].ID, Snapshot: map[string]any{}}})
+			[]store.NewClaim{{Kind: "slot", NodeID: n.ID, SlotID: slots[0].ID, Snapshot: json.RawMessage(`{}`)}})
 		return err
 	})
 	if err == nil {

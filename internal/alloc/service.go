@@ -395,9 +395,6 @@ var errLostRace = errors.New("lost slot lock race")
 // would read back for it (claims' device snapshots by slot index).
 func planOf(na store.NewAllocation, claims []store.NewClaim) store.DispatchInfo {
 	js := func(v any) json.RawMessage {
-		if raw, ok := v.(json.RawMessage); ok {
-			return raw // a device snapshot as the database built it
-		}
 		b, _ := json.Marshal(v)
 		return b
 	}
@@ -405,7 +402,7 @@ func planOf(na store.NewAllocation, claims []store.NewClaim) store.DispatchInfo 
 		ResolvedProfile: js(na.ResolvedProfile), ImageSnapshot: js(na.ImageSnapshot), SSHPublicKeys: na.SSHPublicKeys}
 	for _, c := range claims {
 		if c.Kind == "slot" {
-			p.Snapshots = append(p.Snapshots, js(c.Snapshot))
+			p.Snapshots = append(p.Snapshots, c.Snapshot) // a device snapshot as the database built it
 		}
 	}
 	return p
@@ -536,8 +533,11 @@ func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Acto
 			rec := actor.audit("allocation.create", "allocation", "", map[string]any{
 				"sku": r.sku.SKU, "gpus": r.gpus, "node": n.Name, "capacity_shape": "baremetal"})
 			na.Audit = &rec
-			id, err = sp.InsertAllocation(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID,
-				Snapshot: map[string]any{"node_id": n.ID, "node_name": n.Name, "gpus": r.gpus}}})
+			snap, err := json.Marshal(map[string]any{"node_id": n.ID, "node_name": n.Name, "gpus": r.gpus})
+			if err != nil {
+				return err
+			}
+			id, err = sp.InsertAllocation(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID, Snapshot: snap}})
 			return err
 		})
 		if err == nil {

@@ -474,7 +474,7 @@ const emptyRecheck = time.Minute
 func (d *Dispatcher) markProvisioning(ctx context.Context, trs []store.TaskRecord) (map[string]string, error) {
 	var ids []string
 	for _, tr := range trs {
-		if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
+		if provisions(tr) {
 			ids = append(ids, tr.AllocationID)
 		}
 	}
@@ -484,11 +484,17 @@ func (d *Dispatcher) markProvisioning(ctx context.Context, trs []store.TaskRecor
 	return d.alloc.MarkProvisioningMany(ctx, ids)
 }
 
+// provisions reports whether a task provisions an allocation (its delivery marks the
+// allocation provisioning).
+func provisions(tr store.TaskRecord) bool {
+	return tr.Type == string(task.TypeVMProvision) && tr.AllocationID != ""
+}
+
 // sign signs a leased task for its host; a provisioning task only once its allocation is
 // provisioning or active (marks, markErr: markProvisioning's answer for the batch). One whose
 // allocation was released or failed before its host took it is cancelled, not delivered.
 func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord, marks map[string]string, markErr error) (*task.Envelope, error) {
-	if tr.Type == string(task.TypeVMProvision) && tr.AllocationID != "" {
+	if provisions(tr) {
 		if markErr != nil {
 			return nil, markErr
 		}

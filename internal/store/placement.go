@@ -33,7 +33,7 @@ type CandidateSlot struct {
 // sliceBase is the node-level and slot-shape part of the seed-000 slot filter, shared by the
 // candidate query and the diagnosis query so the two can never disagree.
 var sliceBase = `
-	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + strings.ReplaceAll(sliceWhere, probeFence, "")
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + fleetWide(sliceWhere)
 
 // sliceWhere is sliceBase's filter, for queries that reach the slots another way (the window
 // joins its node ids first, so PostgreSQL reads exactly those nodes by primary key).
@@ -65,14 +65,17 @@ const sliceWhere = `
 // right plan, so there it becomes nothing. The predicates are the same text either way.
 const probeFence = "/*probe*/"
 
-// fabricOK is the fabric policy with fleet-wide checks (see probeFence).
-var fabricOK = strings.ReplaceAll(fabricOKWith, probeFence, "")
+// fleetWide is sql with its probe fences removed (see probeFence).
+func fleetWide(sql string) string { return strings.ReplaceAll(sql, probeFence, "") }
 
-// storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys).
+// storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys);
+// fabricPolicy is fabricOK with its probe fences.
+var fabricOK = fleetWide(fabricPolicy)
+
 const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
 	  AND coalesce(s.capacity_metadata->>'destructive_wipe_policy', '') <> '')`
 
-const fabricOKWith = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
+const fabricPolicy = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
 	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c -- index claims_one_live_per_fabric_vf
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
@@ -145,7 +148,7 @@ const windowFrom = `FROM nodes n
 var windowCandidatesSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`)
 		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1)
 		FROM win JOIN nodes n ON n.id = win.id JOIN node_resource_slots s ON s.node_id = n.id`+
-	sliceWhere+` AND NOT n.draining AND `+storageOK+` AND `+fabricOKWith+`
+	sliceWhere+` AND NOT n.draining AND `+storageOK+` AND `+fabricPolicy+`
 		ORDER BY n.name, s.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
@@ -466,7 +469,7 @@ type NewClaim struct {
 	NodeID   string
 	SlotID   string
 	FabricVF string
-	Snapshot any
+	Snapshot json.RawMessage // the claim's resource snapshot ("{}" when empty)
 }
 
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
@@ -565,11 +568,9 @@ func queueClaims(batch *pgx.Batch, allocID string, claims []NewClaim) []string {
 	var nodes, slots, kinds, vfs, slotIDs []string
 	snaps := make([][]byte, 0, len(claims))
 	for _, c := range claims {
-		snap := []byte("{}")
-		if raw, ok := c.Snapshot.(json.RawMessage); ok && len(raw) > 0 {
-			snap = raw // built by the database: no round trip through encoding/json
-		} else if c.Snapshot != nil {
-			snap, _ = json.Marshal(c.Snapshot)
+		snap := []byte(c.Snapshot)
+		if len(snap) == 0 {
+			snap = []byte("{}")
 		}
 		nodes, slots, kinds, vfs = append(nodes, uuidArg(c.NodeID)), append(slots, c.SlotID), append(kinds, c.Kind), append(vfs, c.FabricVF)
 		snaps = append(snaps, snap)
