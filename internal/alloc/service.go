@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -266,13 +267,20 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 				return err
 			}
 		}
-		// The SKU and the slice image it would boot, in one round trip.
-		sku, img, imgErr, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image)
-		r, err := requestFor(actor, req.SKU, sku, err, req.GPUs, req.Region)
+		// The SKU, the slice image it would boot and the first placement window, in one
+		// round trip (the window's arguments are the request's; a window read for a request
+		// that turns out invalid or baremetal is discarded).
+		var first *store.WindowRequest
+		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
+			first = &store.WindowRequest{Query: s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
+				GPUs: req.GPUs, Limit: windowNodes}
+		}
+		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
+		r, err := requestFor(actor, req.SKU, look.SKU, err, req.GPUs, req.Region)
 		if err != nil {
 			return err
 		}
-		allocID, err = s.reserve(ctx, tx, actor, r, req, img, imgErr, idemKey, hash, &written, &writtenTasks)
+		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks)
 		return err
 	})
 	if err != nil {
@@ -297,11 +305,13 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	return out, replayed, err
 }
 
-// reserve places and writes the allocation (img, imgErr: the slice image as resolved); for a
-// slice it also fills written and writtenTasks with the allocation and its provisioning task
-// as written (so Create answers without reading them again).
-func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, img store.ResolvedImage, imgErr error,
+// reserve places and writes the allocation (look: the SKU lookup, with the slice image as
+// resolved and the first window as read); for a slice it also fills written and writtenTasks
+// with the allocation and its provisioning task as written (so Create answers without
+// reading them again).
+func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, look store.CreateLookup,
 	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord) (string, error) {
+	img, imgErr := look.Image, look.ImageErr
 	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
 	if err != nil {
 		return "", invalid("%v", err)
@@ -333,7 +343,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 
 	var id string
 	attempts, lost := 0, 0
-	outcome, err := s.placeSlice(ctx, tx, r, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
+	outcome, err := s.placeSlice(ctx, tx, r, look, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
 		// The best choice first; after a lost race the rest of its tier in random order, so
 		// concurrent requests scatter instead of convoying down the same list.
 		for _, ch := range sched.SpreadTies(out.Choices, rand.IntN) {
@@ -422,11 +432,17 @@ const (
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
 // non-empty ranking to try until try reports done (a reservation made, or an error). It
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
-func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, try func(sched.Outcome, []store.CandidateSlot) (bool, error)) (sched.Outcome, error) {
+func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(sched.Outcome, []store.CandidateSlot) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	var after *store.WindowKey
 	for w := 0; w < windowsBeforeFullScan; w++ {
-		win, err := tx.SliceWindow(ctx, q, r.gpus, after, windowNodes)
+		var win store.Window
+		var err error
+		if w == 0 && look.Window != nil && look.WindowFor.Query == q && look.WindowFor.GPUs == r.gpus && look.WindowFor.Limit == windowNodes {
+			win, err = *look.Window, look.WindowErr // read with the SKU
+		} else {
+			win, err = tx.SliceWindow(ctx, q, r.gpus, after, windowNodes)
+		}
 		if err != nil {
 			return sched.Outcome{}, err
 		}

@@ -39,9 +39,14 @@ func setup(t *testing.T) *testBundle {
 
 func setupWith(t *testing.T, cfg alloc.Config) *testBundle {
 	t.Helper()
+	return setupStore(t, cfg, store.Options{MaxConns: 40})
+}
+
+func setupStore(t *testing.T, cfg alloc.Config, opts store.Options) *testBundle {
+	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{MaxConns: 40})
+	st, err := store.Open(ctx, pgtest.NewDatabase(t), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

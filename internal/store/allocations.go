@@ -277,6 +277,10 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 		return AllocationRecord{}, nil, err
 	}
 	b := &pgx.Batch{}
+	// PostgreSQL re-plans the slot update on every call (its custom plan for a 4-element
+	// array looks cheaper than the generic one, which is the same index scan): 0.1 ms a
+	// release, more than this statement costs.
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	if len(slotIDs) > 0 {
 		b.Queue(`UPDATE node_resource_slots SET status = 'available', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	}

@@ -58,18 +58,42 @@ func scanResolvedImage(row pgx.Row) (ResolvedImage, error) {
 	return r, translate(err)
 }
 
+// CreateLookup is what SKUWithSliceImage read.
+type CreateLookup struct {
+	SKU apiv1.SKU
+	// Image is the slice image resolved; ImageErr that lookup's own outcome (ErrNotFound when
+	// none fits), meaningful only for a gpu_slice SKU.
+	Image    ResolvedImage
+	ImageErr error
+	// Window is the first placement window when one was asked for (nil otherwise), WindowFor
+	// what was asked and WindowErr its outcome.
+	Window    *Window
+	WindowFor WindowRequest
+	WindowErr error
+}
+
 // SKUWithSliceImage reads a SKU (GetSKU) and resolves its slice image (ResolveSliceImage) in
-// one round trip. imgErr is the image lookup's own outcome (ErrNotFound when none fits) and
-// means something only for a gpu_slice SKU; err is the SKU's (ErrNotFound) or the batch's.
-func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string) (out apiv1.SKU, img ResolvedImage, imgErr, err error) {
+// one round trip, with, when first is not nil, the first placement window (SliceWindow): a
+// create's placement arguments come from the request, not the SKU row, so its first window
+// is read before the SKU is checked, and discarded if the request turns out invalid or not
+// for a slice. err is the SKU's (ErrNotFound) or the batch's.
+func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string, first *WindowRequest) (CreateLookup, error) {
+	var out CreateLookup
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+skuColumns+` FROM sku_catalog WHERE sku = $1`, sku)
 	b.Queue(resolveImageSQL, sku, slug)
+	if first != nil {
+		first.queue(b)
+	}
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
-	if err := translate(scanSKU(br.QueryRow(), &out)); err != nil {
-		return out, img, nil, err
+	if err := translate(scanSKU(br.QueryRow(), &out.SKU)); err != nil {
+		return out, err
 	}
-	img, imgErr = scanResolvedImage(br.QueryRow())
-	return out, img, imgErr, translate(br.Close())
+	out.Image, out.ImageErr = scanResolvedImage(br.QueryRow())
+	if first != nil {
+		w, err := first.read(br)
+		out.Window, out.WindowFor, out.WindowErr = &w, *first, err
+	}
+	return out, translate(br.Close())
 }

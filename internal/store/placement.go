@@ -168,60 +168,84 @@ type Window struct {
 // index). Nodes whose slots override the SKU are not found here: callers fall back to
 // SliceCandidates when the windows yield nothing.
 func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) (Window, error) {
-	k := WindowKey{Available: -1}
-	if after != nil {
-		k = *after
-	}
-	args := append(pq.args(), gpus, k.Available, k.Name, limit)
 	b := &pgx.Batch{}
+	w := WindowRequest{Query: pq, GPUs: gpus, After: after, Limit: limit}
+	w.queue(b)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	return w.read(br)
+}
+
+// WindowRequest is SliceWindow's arguments, for callers that read a window in the same round
+// trip as other statements (SKUWithSliceImage).
+type WindowRequest struct {
+	Query PlacementQuery
+	GPUs  int
+	After *WindowKey // nil: the first window
+	Limit int
+}
+
+// queue appends the window's statements to b.
+func (w WindowRequest) queue(b *pgx.Batch) {
+	k := w.key()
+	args := append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit)
 	// These statements run with a different window every time: a generic plan saves the
 	// planner's milliseconds on each reservation (their best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(windowSQL, args...)
 	b.Queue(windowCandidatesSQL, args...)
 	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`) `+topologySQL("ARRAY(SELECT id FROM win)"), args...)
-	br := t.tx.SendBatch(ctx, b)
-	defer br.Close()
-	w := Window{Next: k, Topology: map[string]NodeTopology{}}
+}
+
+func (w WindowRequest) key() WindowKey {
+	if w.After != nil {
+		return *w.After
+	}
+	return WindowKey{Available: -1}
+}
+
+// read reads the results of the statements queue appended.
+func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
+	win := Window{Next: w.key(), Topology: map[string]NodeTopology{}}
 	if _, err := br.Exec(); err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id, &w.Next.Available, &w.Next.Name); err != nil {
+		if err := rows.Scan(&id, &win.Next.Available, &win.Next.Name); err != nil {
 			rows.Close()
-			return w, translate(err)
+			return win, translate(err)
 		}
-		w.NodeIDs = append(w.NodeIDs, id)
-		w.Topology[id] = NodeTopology{GroupSize: map[int]int{}}
+		win.NodeIDs = append(win.NodeIDs, id)
+		win.Topology[id] = NodeTopology{GroupSize: map[int]int{}}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
 	if rows, err = br.Query(); err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
 	for rows.Next() {
 		var c CandidateSlot
 		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode); err != nil {
 			rows.Close()
-			return w, translate(err)
+			return win, translate(err)
 		}
-		w.Candidates = append(w.Candidates, c)
+		win.Candidates = append(win.Candidates, c)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
 	if rows, err = br.Query(); err != nil {
-		return w, translate(err)
+		return win, translate(err)
 	}
-	return w, scanTopology(rows, w.Topology)
+	return win, scanTopology(rows, win.Topology)
 }
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
@@ -425,15 +449,15 @@ func (t *Tx) LockNodeForBaremetal(ctx context.Context, pq PlacementQuery, nodeID
 // Savepoint runs fn in a nested transaction (SAVEPOINT) so one failed attempt can be
 // rolled back without losing the outer transaction.
 func (t *Tx) Savepoint(ctx context.Context, fn func(*Tx) error) error {
-	sp, err := t.tx.Begin(ctx)
+	sp, err := t.tx.savepoint(ctx)
 	if err != nil {
 		return translate(err)
 	}
 	if err := fn(&Tx{tx: sp}); err != nil {
-		_ = sp.Rollback(ctx)
+		_ = sp.rollback(ctx)
 		return err
 	}
-	return translate(sp.Commit(ctx))
+	return translate(sp.commit(ctx))
 }
 
 // NewAllocation is the row written at reservation.

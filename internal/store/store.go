@@ -42,6 +42,9 @@ type Options struct {
 	// MinConns are opened at start and kept open (pgxpool re-opens them as they age out), so a
 	// burst does not first wait for PostgreSQL to fork and authenticate new backends.
 	MinConns int32
+	// Tracer, when set, sees every statement and batch the pool's connections send (tests
+	// count round trips with it).
+	Tracer pgx.QueryTracer
 }
 
 // Open connects to connString and checks the connection.
@@ -56,6 +59,9 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 		cfg.MaxConns = 16 // callers that do not size the pool (tools, tests); the controller passes --max-db-conns
 	}
 	cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", err)
@@ -117,7 +123,7 @@ func MigrateForTest(ctx context.Context, connString string) error {
 
 // Tx is a transaction handle; its methods run inside one database transaction.
 type Tx struct {
-	tx pgx.Tx
+	tx *txConn
 }
 
 // InTx runs fn in a transaction, committing when it returns nil. Serialization failures and
@@ -134,15 +140,17 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return translate(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	defer c.Release()
+	tx := &txConn{conn: c.Conn()}
+	defer tx.rollback(ctx) //nolint:errcheck // no-op after commit; the pool discards a connection left in a transaction
 	if err := fn(&Tx{tx: tx}); err != nil {
 		return err
 	}
-	return translate(tx.Commit(ctx))
+	return translate(tx.commit(ctx))
 }
 
 func isRetryable(err error) bool {

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
+)
+
+// sentLog records what each round trip carried: a lone statement, or a batch's statements
+// joined with " | ".
+type sentLog struct {
+	mu    sync.Mutex
+	trips []string
+	batch []string
+}
+
+func (l *sentLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.batch == nil {
+		l.trips = append(l.trips, strings.ToLower(d.SQL))
+	}
+	return ctx
+}
+func (l *sentLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *sentLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.batch = []string{}
+	return ctx
+}
+func (l *sentLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.batch = append(l.batch, strings.ToLower(d.SQL))
+}
+func (l *sentLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.trips = append(l.trips, strings.Join(l.batch, " | "))
+	l.batch = nil
+}
+
+func (l *sentLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.trips
+	l.trips = nil
+	return out
+}
+
+// openTraced is a one-connection Store whose statements are logged, with table probe(v int).
+func openTraced(t *testing.T) (*Store, *sentLog) {
+	t.Helper()
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sentLog{}
+	cfg.MaxConns, cfg.ConnConfig.Tracer = 1, log
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE probe (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	return &Store{pool: pool}, log
+}
+
+func probeRows(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM probe`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func insertBatch(vs ...int) *pgx.Batch {
+	b := &pgx.Batch{}
+	for _, v := range vs {
+		b.Queue(`INSERT INTO probe (v) VALUES ($1)`, v)
+	}
+	return b
+}
+
+func TestTxSendsBeginWithItsFirstBatch(t *testing.T) {
+	s, log := openTraced(t)
+	ctx := context.Background()
+	err := s.InTx(ctx, func(tx *Tx) error {
+		if err := tx.tx.SendBatch(ctx, insertBatch(1, 2)).Close(); err != nil {
+			return err
+		}
+		_, err := tx.tx.Exec(ctx, `INSERT INTO probe (v) VALUES (3)`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"begin | insert into probe (v) values ($1) | insert into probe (v) values ($1)", "insert into probe (v) values (3)", "commit"}
+	if got := log.take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("round trips:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := probeRows(t, s); n != 3 {
+		t.Fatalf("committed rows = %d, want 3", n)
+	}
+	log.take()
+
+	// A transaction that starts with a lone statement sends its BEGIN first; one that runs
+	// nothing sends nothing.
+	if err := s.InTx(ctx, func(tx *Tx) error { _, err := tx.tx.Exec(ctx, `DELETE FROM probe WHERE v = 3`); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, func(*Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.take(); strings.Join(got, "\n") != "begin\ndelete from probe where v = 3\ncommit" {
+		t.Fatalf("round trips:\n%s", strings.Join(got, "\n"))
+	}
+}
+
+func TestTxBegunByABatchIsOneTransaction(t *testing.T) {
+	s, _ := openTraced(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	err := s.InTx(ctx, func(tx *Tx) error {
+		if err := tx.tx.SendBatch(ctx, insertBatch(1)).Close(); err != nil {
+			return err
+		}
+		if _, err := tx.tx.Exec(ctx, `INSERT INTO probe (v) VALUES (2)`); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx = %v, want boom", err)
+	}
+	if n := probeRows(t, s); n != 0 {
+		t.Fatalf("%d rows survived the rollback, want 0", n)
+	}
+
+	// A failed statement aborts the transaction: ignoring its error cannot commit the rest.
+	err = s.InTx(ctx, func(tx *Tx) error {
+		b := insertBatch(1)
+		b.Queue(`SELECT 1/0`)
+		_ = tx.tx.SendBatch(ctx, b).Close()
+		return nil
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Fatalf("commit after a failed batch = %v, want ErrTxCommitRollback", err)
+	}
+	// A first batch that fails before it runs (a statement that does not parse) leaves
+	// nothing open: the one connection serves the next transaction.
+	err = s.InTx(ctx, func(tx *Tx) error {
+		b := insertBatch(1)
+		b.Queue(`SELEC 1`)
+		return translate(tx.tx.SendBatch(ctx, b).Close())
+	})
+	if err == nil || !strings.Contains(err.Error(), "syntax") {
+		t.Fatalf("unparsable first batch = %v, want a syntax error", err)
+	}
+	if err := s.InTx(ctx, func(tx *Tx) error { return tx.tx.SendBatch(ctx, insertBatch(7)).Close() }); err != nil {
+		t.Fatal(err)
+	}
+	if n := probeRows(t, s); n != 1 {
+		t.Fatalf("rows = %d, want only the last transaction's 1", n)
+	}
+}
+
+func TestSavepointInALateBegunTransaction(t *testing.T) {
+	s, _ := openTraced(t)
+	ctx := context.Background()
+	err := s.InTx(ctx, func(tx *Tx) error {
+		// The savepoint is the transaction's first statement.
+		if err := tx.Savepoint(ctx, func(sp *Tx) error {
+			if err := sp.tx.SendBatch(ctx, insertBatch(1)).Close(); err != nil {
+				return err
+			}
+			return errors.New("undo this attempt")
+		}); err == nil {
+			t.Error("Savepoint swallowed fn's error")
+		}
+		if err := tx.Savepoint(ctx, func(sp *Tx) error { return sp.tx.SendBatch(ctx, insertBatch(2)).Close() }); err != nil {
+			return err
+		}
+		return tx.tx.SendBatch(ctx, insertBatch(3)).Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []int
+	rows, _ := s.pool.Query(ctx, `SELECT v FROM probe ORDER BY v`)
+	for rows.Next() {
+		var v int
+		_ = rows.Scan(&v)
+		vs = append(vs, v)
+	}
+	if rows.Err() != nil || len(vs) != 2 || vs[0] != 2 || vs[1] != 3 {
+		t.Fatalf("rows = %v (%v), want [2 3]: the rolled-back savepoint's row gone, the rest committed", vs, rows.Err())
+	}
+}
