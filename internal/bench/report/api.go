@@ -17,18 +17,18 @@ import (
 // apiSuite is issue 9 items 1 and 2: allocation throughput and latency through the HTTPS API
 // beside the raw-SQL reference, on two fleet sizes, and the double-booking check.
 type apiSuite struct {
-	Fleets       []int              `json:"fleets"`
-	Clients      []int              `json:"clients"`
-	SecondsEach  int                `json:"seconds_each"`
-	Results      []apibench.Result  `json:"results"`
-	DoubleBooked int                `json:"double_booked_slots"`
-	PGVersion    string             `json:"postgres_version"`
+	Fleets       []int             `json:"fleets"`
+	Clients      []int             `json:"clients"`
+	SecondsEach  int               `json:"seconds_each"`
+	Results      []apibench.Result `json:"results"`
+	DoubleBooked int               `json:"double_booked_slots"`
+	PGVersion    string            `json:"postgres_version"`
 	// Wakeup is the wake-up measure's runs, alternating on and off (Notes says which).
 	Wakeup []apibench.Result `json:"wakeup,omitempty"`
 	// Latency is the 1-client latency measure: short api and pgbench runs interleaved, per
 	// fleet (the verdict is the median of the rounds' ratios).
-	Latency []latencyRound `json:"latency_rounds,omitempty"`
-	Extra        map[string]float64 `json:"extra,omitempty"`
+	Latency []latencyRound     `json:"latency_rounds,omitempty"`
+	Extra   map[string]float64 `json:"extra,omitempty"`
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
 	// (pg_stat_statements), by kind, with the pairs they completed.
 	Statements map[string]statementRun `json:"statements,omitempty"`
