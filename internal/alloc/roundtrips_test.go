@@ -1,89 +1,38 @@
 package alloc_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
-
-// tripLog records the round trips a store's connections make: one line per lone statement
-// or per batch (its statements' first words, joined with " | ").
-type tripLog struct {
-	mu      sync.Mutex
-	inBatch bool
-	trips   []string
-}
-
-func firstWords(sql string) string {
-	f := strings.Fields(sql)
-	return strings.ToUpper(strings.Join(f[:min(2, len(f))], " "))
-}
-
-func (l *tripLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.inBatch {
-		l.trips = append(l.trips, firstWords(d.SQL))
-	}
-	return ctx
-}
-func (l *tripLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (l *tripLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.inBatch = true
-	var qs []string
-	for _, q := range d.Batch.QueuedQueries {
-		qs = append(qs, firstWords(q.SQL))
-	}
-	l.trips = append(l.trips, strings.Join(qs, " | "))
-	return ctx
-}
-func (l *tripLog) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (l *tripLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.inBatch = false
-}
-
-func (l *tripLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.trips
-	l.trips = nil
-	return out
-}
 
 // A slice create is four round trips to PostgreSQL and a release before provisioning three:
 // each transaction's BEGIN rides with its first batch, and the create's first placement
 // window with the SKU lookup. At 1 client a round trip costs about 0.1 ms of wall time on the
 // bench machine (docs/performance.md), so this guards the latency the API adds over raw SQL.
 func TestCreateAndReleaseRoundTrips(t *testing.T) {
-	log := &tripLog{}
+	log := &pgtest.Trips{Words: 2}
 	b := setupStore(t, alloc.Config{}, store.Options{MaxConns: 4, Tracer: log})
 	b.addNode("n1", 1)
 	b.addNode("n2", 2)
 	if _, err := b.st.RefreshCapacity(b.ctx); err != nil { // the controller's capacity loop
 		t.Fatal(err)
 	}
-	log.take()
+	log.Take()
 	a, _, err := b.svc.Create(b.ctx, b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 4}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := log.take()
+	create := log.Take()
 	if _, err := b.svc.Release(b.ctx, b.tenant, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	release := log.take()
+	release := log.Take()
 	show := func(trips []string) string {
 		var s strings.Builder
 		for i, tr := range trips {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -13,58 +12,15 @@ import (
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 )
 
-// sentLog records what each round trip carried: a lone statement, or a batch's statements
-// joined with " | ".
-type sentLog struct {
-	mu    sync.Mutex
-	trips []string
-	batch []string
-}
-
-func (l *sentLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.batch == nil {
-		l.trips = append(l.trips, strings.ToLower(d.SQL))
-	}
-	return ctx
-}
-func (l *sentLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (l *sentLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.batch = []string{}
-	return ctx
-}
-func (l *sentLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.batch = append(l.batch, strings.ToLower(d.SQL))
-}
-func (l *sentLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.trips = append(l.trips, strings.Join(l.batch, " | "))
-	l.batch = nil
-}
-
-func (l *sentLog) take() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.trips
-	l.trips = nil
-	return out
-}
-
 // openTraced is a one-connection Store whose statements are logged, with table probe(v int).
-func openTraced(t *testing.T) (*Store, *sentLog) {
+func openTraced(t *testing.T) (*Store, *pgtest.Trips) {
 	t.Helper()
 	t.Parallel()
 	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &sentLog{}
+	log := &pgtest.Trips{}
 	cfg.MaxConns, cfg.ConnConfig.Tracer = 1, log
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -74,7 +30,7 @@ func openTraced(t *testing.T) (*Store, *sentLog) {
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE probe (v int)`); err != nil {
 		t.Fatal(err)
 	}
-	log.take()
+	log.Take()
 	return &Store{pool: pool}, log
 }
 
@@ -109,13 +65,13 @@ func TestTxSendsBeginWithItsFirstBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"begin | insert into probe (v) values ($1) | insert into probe (v) values ($1)", "insert into probe (v) values (3)", "commit"}
-	if got := log.take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got := log.Take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("round trips:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if n := probeRows(t, s); n != 3 {
 		t.Fatalf("committed rows = %d, want 3", n)
 	}
-	log.take()
+	log.Take()
 
 	// A transaction that starts with a lone statement sends its BEGIN first; one that runs
 	// nothing sends nothing.
@@ -125,7 +81,7 @@ func TestTxSendsBeginWithItsFirstBatch(t *testing.T) {
 	if err := s.InTx(ctx, func(*Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if got := log.take(); strings.Join(got, "\n") != "begin\ndelete from probe where v = 3\ncommit" {
+	if got := log.Take(); strings.Join(got, "\n") != "begin\ndelete from probe where v = 3\ncommit" {
 		t.Fatalf("round trips:\n%s", strings.Join(got, "\n"))
 	}
 }
