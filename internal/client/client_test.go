@@ -329,3 +329,36 @@ func TestServerPathPrefixIsKept(t *testing.T) {
 		t.Fatalf("Server() = %q", c.Server())
 	}
 }
+
+// The client speaks HTTP/1.1 with keep-alive even to a server that offers h2: its calls are
+// sequential, and HTTP/2's stream hand-offs cost latency (docs/performance.md).
+func TestClientSpeaksHTTP1WithKeepAlive(t *testing.T) {
+	var mu sync.Mutex
+	var protos []string
+	remotes := map[string]bool{}
+	fs := &fakeServer{}
+	fs.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos, remotes[r.RemoteAddr] = append(protos, r.Proto), true
+		mu.Unlock()
+		reply(200, apiv1.Whoami{Name: "ops", Role: "admin"})(w, r)
+	}))
+	fs.EnableHTTP2 = true
+	fs.StartTLS()
+	t.Cleanup(fs.Close)
+	fs.CAFile = filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(fs.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: fs.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, fs)
+	for range 3 {
+		if _, err := c.Whoami(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(protos, ",") != "HTTP/1.1,HTTP/1.1,HTTP/1.1" || len(remotes) != 1 {
+		t.Fatalf("protocols %v over %d connections, want HTTP/1.1 x3 over one kept-alive connection", protos, len(remotes))
+	}
+}

@@ -32,6 +32,7 @@ type Result struct {
 	Kind        string         `json:"kind"` // "api" or "pgbench"
 	Nodes       int            `json:"nodes"`
 	Clients     int            `json:"clients"`
+	Round       int            `json:"round,omitempty"` // which of a row's interleaved rounds (1-based; 0: not part of one)
 	Seconds     float64        `json:"seconds"`
 	Pairs       int            `json:"pairs"`         // create+release pairs completed
 	PairsPerSec float64        `json:"pairs_per_sec"` //

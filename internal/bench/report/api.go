@@ -25,21 +25,14 @@ type apiSuite struct {
 	PGVersion    string            `json:"postgres_version"`
 	// Wakeup is the wake-up measure's runs, alternating on and off (Notes says which).
 	Wakeup []apibench.Result `json:"wakeup,omitempty"`
-	// Latency is the 1-client latency measure: short api and pgbench runs interleaved, per
-	// fleet (the verdict is the median of the rounds' ratios).
-	Latency []latencyRound     `json:"latency_rounds,omitempty"`
-	Extra   map[string]float64 `json:"extra,omitempty"`
+	// Rounds is how many times each (fleet, clients) pair of api and pgbench runs alternates
+	// (at 1 and 16 clients; 64 run once); each run is SecondsEach/Rounds long. Targets use
+	// the median of the rounds' ratios.
+	Rounds int                `json:"rounds"`
+	Extra  map[string]float64 `json:"extra,omitempty"`
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
 	// (pg_stat_statements), by kind, with the pairs they completed.
 	Statements map[string]statementRun `json:"statements,omitempty"`
-}
-
-// latencyRound is one api run and the pgbench run right after it, both at 1 client.
-type latencyRound struct {
-	Nodes    int     `json:"nodes"`
-	APIP50ms float64 `json:"api_pair_p50_ms"`
-	RawP50ms float64 `json:"raw_pair_p50_ms"`
-	Ratio    float64 `json:"ratio"`
 }
 
 type statementRun struct {
@@ -60,11 +53,15 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	if err := env.DB.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&s.PGVersion); err != nil {
 		return nil, err
 	}
-	d := time.Duration(s.SecondsEach) * time.Second
-	rounds, roundLen := 5, 3*time.Second
+	// Rows are measured in interleaved rounds: api, pgbench, api, pgbench... This machine's
+	// rates and latencies drift by 15-20% between runs tens of seconds apart, for pgbench as
+	// much as for the API, so one long api run beside one long pgbench run settles nothing;
+	// the ratio within each round, taken a few seconds apart, is what the targets use.
+	s.Rounds = 3
 	if quick {
-		rounds, roundLen = 3, 2*time.Second
+		s.Rounds = 2
 	}
+	d := time.Duration(s.SecondsEach) * time.Second
 	have := 0
 	for _, fleet := range s.Fleets {
 		fmt.Printf("api: seeding %d nodes x 8 slots...\n", fleet)
@@ -83,86 +80,62 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 		for _, c := range s.Clients {
-			for _, kind := range []string{"api", "pgbench"} {
-				if err := env.Heartbeat(ctx); err != nil {
-					return nil, err
-				}
-				if err := apibench.Cleanup(ctx, env); err != nil {
-					return nil, err
-				}
-				var r apibench.Result
-				stmts := c == 16 && fleet == s.Fleets[len(s.Fleets)-1]
-				if stmts {
-					if err := env.ResetStatements(ctx); err != nil {
+			for round := 0; round < s.roundsFor(c); round++ {
+				for _, kind := range []string{"api", "pgbench"} {
+					if err := env.Heartbeat(ctx); err != nil {
 						return nil, err
 					}
-				}
-				if kind == "api" {
-					var prof chan error
-					if profile && c == 16 {
-						prof = make(chan error, 1)
-						go func() {
-							prof <- saveProfile(ctx, env, d-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
-						}()
+					if err := apibench.Cleanup(ctx, env); err != nil {
+						return nil, err
 					}
-					r, err = apibench.API(ctx, env, fleet, c, d)
-					if prof != nil {
-						if perr := <-prof; perr != nil {
-							fmt.Println("api: profile:", perr)
+					var r apibench.Result
+					stmts := c == 16 && fleet == s.Fleets[len(s.Fleets)-1] && round == 0
+					if stmts {
+						if err := env.ResetStatements(ctx); err != nil {
+							return nil, err
 						}
 					}
-				} else {
-					r, err = apibench.Pgbench(ctx, env, fleet, c, d)
-				}
-				if err != nil {
-					return nil, fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
-				}
-				if stmts {
-					top, err := env.TopStatements(ctx, 12)
+					if kind == "api" {
+						var prof chan error
+						if profile && c == 16 && round == 0 {
+							prof = make(chan error, 1)
+							go func() {
+								prof <- saveProfile(ctx, env, d/time.Duration(s.roundsFor(c))-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
+							}()
+						}
+						r, err = apibench.API(ctx, env, fleet, c, d/time.Duration(s.roundsFor(c)))
+						if prof != nil {
+							if perr := <-prof; perr != nil {
+								fmt.Println("api: profile:", perr)
+							}
+						}
+					} else {
+						r, err = apibench.Pgbench(ctx, env, fleet, c, d/time.Duration(s.roundsFor(c)))
+					}
+					if err != nil {
+						return nil, fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
+					}
+					r.Round = round + 1
+					if stmts {
+						top, err := env.TopStatements(ctx, 12)
+						if err != nil {
+							return nil, err
+						}
+						if s.Statements == nil {
+							s.Statements = map[string]statementRun{}
+						}
+						s.Statements[kind] = statementRun{Pairs: r.Pairs, Top: top}
+					}
+					fmt.Printf("api: %-7s %5d nodes %2d clients round %d: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  unplaced %d errors %v\n",
+						kind, fleet, c, r.Round, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.Unplaced, r.Errors)
+					s.Results = append(s.Results, r)
+					n, err := apibench.DoubleBooked(ctx, env)
 					if err != nil {
 						return nil, err
 					}
-					if s.Statements == nil {
-						s.Statements = map[string]statementRun{}
-					}
-					s.Statements[kind] = statementRun{Pairs: r.Pairs, Top: top}
-				}
-				fmt.Printf("api: %-7s %5d nodes %2d clients: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  unplaced %d errors %v\n",
-					kind, fleet, c, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.Unplaced, r.Errors)
-				s.Results = append(s.Results, r)
-				n, err := apibench.DoubleBooked(ctx, env)
-				if err != nil {
-					return nil, err
-				}
-				s.DoubleBooked += n
-			}
-		}
-		// The 1-client latency ratio, from interleaved short runs: this machine's latency
-		// drifts by +-15% between runs tens of seconds apart, for pgbench as much as for the
-		// API, so one api row beside one pgbench row settles nothing.
-		for round := 0; round < rounds; round++ {
-			var lr latencyRound
-			for _, kind := range []string{"api", "pgbench"} {
-				if err := apibench.Cleanup(ctx, env); err != nil {
-					return nil, err
-				}
-				run := apibench.API
-				if kind == "pgbench" {
-					run = apibench.Pgbench
-				}
-				r, err := run(ctx, env, fleet, 1, roundLen)
-				if err != nil {
-					return nil, fmt.Errorf("latency round %d %s: %w", round, kind, err)
-				}
-				if kind == "api" {
-					lr.APIP50ms = r.PairP50ms
-				} else {
-					lr.RawP50ms = r.PairP50ms
+					s.DoubleBooked += n
 				}
 			}
-			lr.Nodes, lr.Ratio = fleet, ratio(lr.APIP50ms, lr.RawP50ms)
-			fmt.Printf("api: latency round %d, %d nodes, 1 client: pair p50 api %.2f ms, raw %.2f ms: %.2fx\n", round+1, fleet, lr.APIP50ms, lr.RawP50ms, lr.Ratio)
-			s.Latency = append(s.Latency, lr)
 		}
 	}
 	// The wake-up path's cost: the same 16-client run with the controller's NOTIFY to other
@@ -204,9 +177,9 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	return s, nil
 }
 
-func (s *apiSuite) find(kind string, nodes, clients int) apibench.Result {
+func (s *apiSuite) find(kind string, nodes, clients, round int) apibench.Result {
 	for _, r := range s.Results {
-		if r.Kind == kind && r.Nodes == nodes && r.Clients == clients {
+		if r.Kind == kind && r.Nodes == nodes && r.Clients == clients && r.Round == round {
 			return r
 		}
 	}
@@ -229,18 +202,18 @@ func verdict(ok bool) string {
 
 func (s *apiSuite) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each row runs %d s. **api**: N workers, each with its own HTTPS connection and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.SecondsEach)
-	b.WriteString("| nodes | clients | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d s of each kind, in %d interleaved rounds at 1 and 16 clients (api, pgbench, api, ...; 64 clients run once: pgbench's 64 connections need the whole run to reach a steady rate): the machine drifts between runs, so targets use each round's ratio and their median. **api**: N workers, each with its own HTTPS connection and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.SecondsEach, s.Rounds)
+	b.WriteString("| nodes | clients | round | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Results {
 		errs, _ := json.Marshal(r.Errors)
 		cp50, cp99 := fmt.Sprintf("%.2f", r.CreateP50ms), fmt.Sprintf("%.2f", r.CreateP99ms)
 		if r.Kind == "pgbench" {
 			cp50, cp99 = "-", "-"
 		}
-		fmt.Fprintf(&b, "| %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
 	}
 	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows.\n\n")
-	b.WriteString("| nodes | clients | kind | controller | postgres | load generator | total | total vs raw |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Results {
 		if r.CPUPerPairMS == nil {
 			continue
@@ -252,17 +225,17 @@ func (s *apiSuite) markdown() string {
 		}
 		total := c["controller"] + c["postgres"] + gen
 		vs := "-"
-		if p := s.find("pgbench", r.Nodes, r.Clients).CPUPerPairMS; r.Kind == "api" && p != nil {
+		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round).CPUPerPairMS; r.Kind == "api" && p != nil {
 			vs = fmt.Sprintf("%.1fx", ratio(total, p["postgres"]+p["pgbench"]))
 		}
-		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.Nodes, r.Clients, r.Kind, ctl, c["postgres"], gen, total, vs)
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, total, vs)
 	}
 	for _, kind := range []string{"api", "pgbench"} {
 		run, ok := s.Statements[kind]
 		if !ok || run.Pairs == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\n**Where PostgreSQL's time went, %s, 16 clients, %d nodes** (pg_stat_statements: execution time, wall, lock waits included; per completed pair)\n\n| statement | calls/pair | ms/pair | rows/call |\n|---|---|---|---|\n", kind, s.Fleets[len(s.Fleets)-1])
+		fmt.Fprintf(&b, "\n**Where PostgreSQL's time went, %s, 16 clients, %d nodes, round 1** (pg_stat_statements: execution time, wall, lock waits included; per completed pair)\n\n| statement | calls/pair | ms/pair | rows/call |\n|---|---|---|---|\n", kind, s.Fleets[len(s.Fleets)-1])
 		for _, st := range run.Top {
 			q := strings.ReplaceAll(st.Query, "|", "\\|")
 			fmt.Fprintf(&b, "| `%s` | %.2f | %.3f | %.1f |\n", q, float64(st.Calls)/float64(run.Pairs), st.TotalMS/float64(run.Pairs), ratio(float64(st.Rows), float64(st.Calls)))
@@ -271,31 +244,21 @@ func (s *apiSuite) markdown() string {
 	b.WriteString("\n**Targets**\n\n")
 	for _, fleet := range s.Fleets {
 		for _, c := range []int{16, 64} {
-			a, p := s.find("api", fleet, c), s.find("pgbench", fleet, c)
-			q := ratio(a.PairsPerSec, p.PairsPerSec)
-			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.0f%% of the raw-SQL rate (target >= 50%%): %s.\n", fleet, c, q*100, verdict(q >= 0.5))
+			qs := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(a.PairsPerSec, p.PairsPerSec) })
+			q := median(qs)
+			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.0f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s.\n",
+				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5))
 		}
-		a, p := s.find("api", fleet, 1), s.find("pgbench", fleet, 1)
-		var qs []float64
-		for _, lr := range s.Latency {
-			if lr.Nodes == fleet {
-				qs = append(qs, lr.Ratio)
-			}
-		}
-		if len(qs) == 0 {
-			q := ratio(a.PairP50ms, p.PairP50ms)
-			fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 %.2f ms vs raw %.2f ms = %.1fx (target <= 2x): %s.\n", fleet, a.PairP50ms, p.PairP50ms, q, verdict(q > 0 && q <= 2))
-			continue
-		}
+		qs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.PairP50ms, p.PairP50ms) })
 		q := median(qs)
-		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d interleaved rounds %.2fx (rounds %s; the table's rows %.1fx) (target <= 2x): %s.\n",
-			fleet, len(qs), q, ratioList(qs), ratio(a.PairP50ms, p.PairP50ms), verdict(q > 0 && q <= 2))
+		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d rounds %.2fx (rounds %s) (target <= 2x): %s.\n",
+			fleet, len(qs), q, ratioList(qs), verdict(q > 0 && q <= 2))
 	}
 	if len(s.Fleets) > 1 {
 		small, big := s.Fleets[0], s.Fleets[len(s.Fleets)-1]
 		for _, c := range s.Clients {
-			q := ratio(s.find("api", big, c).PairsPerSec, s.find("api", small, c).PairsPerSec)
-			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate (target >= 80%%): %s.\n", c, big, q*100, small, verdict(q >= 0.8))
+			q := ratio(s.medianRate(big, c), s.medianRate(small, c))
+			fmt.Fprintf(&b, "- %d clients: %d-node rate (median of rounds) is %.0f%% of the %d-node rate (target >= 80%%): %s.\n", c, big, q*100, small, verdict(q >= 0.8))
 		}
 	}
 	if len(s.Wakeup) >= 2 {
@@ -311,6 +274,37 @@ func (s *apiSuite) markdown() string {
 	}
 	fmt.Fprintf(&b, "- double-booked slots after every run, checked in SQL (a slot with two live claims, or a live claim on an available slot): %d (target 0): %s.\n", s.DoubleBooked, verdict(s.DoubleBooked == 0))
 	return b.String()
+}
+
+// roundsFor is how many interleaved rounds a client count runs in. 64 clients run once, for
+// the whole time: pgbench's 64 connections in a run of a few seconds measured a tenth of its
+// steady rate (start-up lock queues), which would flatter the API.
+func (s *apiSuite) roundsFor(clients int) int {
+	if clients > 16 {
+		return 1
+	}
+	return s.Rounds
+}
+
+// roundRatios is f(api run, pgbench run) for each round of (fleet, clients).
+func (s *apiSuite) roundRatios(fleet, clients int, f func(a, p apibench.Result) float64) []float64 {
+	var out []float64
+	for round := 1; round <= s.roundsFor(clients); round++ {
+		a, p := s.find("api", fleet, clients, round), s.find("pgbench", fleet, clients, round)
+		if a.Pairs > 0 && p.Pairs > 0 {
+			out = append(out, f(a, p))
+		}
+	}
+	return out
+}
+
+// medianRate is the API's median rate over the rounds of (fleet, clients).
+func (s *apiSuite) medianRate(fleet, clients int) float64 {
+	var rs []float64
+	for round := 1; round <= s.roundsFor(clients); round++ {
+		rs = append(rs, s.find("api", fleet, clients, round).PairsPerSec)
+	}
+	return median(rs)
 }
 
 // median of xs (the mean of the middle two for an even count); 0 for none.
