@@ -38,6 +38,10 @@ type Config struct {
 	// controller replicas (a single-replica deployment; those polls then find their task when
 	// their wait ends). Polls on this replica are always woken in process.
 	NoReplicaWakeups bool
+	// NotifyEvery paces those NOTIFYs: at most one per interval, each naming every node woken
+	// since the last (default 20 ms). Each NOTIFY is a transaction with its own commit; sent
+	// as soon as the notifier was free, a busy replica sent about one per create.
+	NotifyEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -55,6 +59,9 @@ func (c *Config) defaults() {
 	}
 	if c.OutboxEvery == 0 {
 		c.OutboxEvery = 2 * time.Second
+	}
+	if c.NotifyEvery == 0 {
+		c.NotifyEvery = 20 * time.Millisecond
 	}
 }
 
@@ -124,15 +131,28 @@ const (
 	notifyChunk      = 200
 )
 
-// notifyLoop sends the wake-ups TaskQueued collected, one NOTIFY per chunk of nodes, so a
-// burst of creates costs a few notifications instead of one round trip each.
+// notifyLoop sends the wake-ups TaskQueued collected, one NOTIFY per chunk of nodes and at
+// most one round of them per Config.NotifyEvery, so a stream of creates costs a few
+// notifications a second instead of one transaction each; another replica's poll learns of
+// its task at most NotifyEvery late (the fan-out target is 100 ms at p99).
 func (d *Dispatcher) notifyLoop(ctx context.Context) {
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-d.notifyWake:
 		}
+		if wait := d.cfg.NotifyEvery - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		last = time.Now()
 		d.notifyMu.Lock()
 		nodes := d.notifyPending
 		d.notifyPending = nil

@@ -624,3 +624,41 @@ func TestUnreadableReportIsRefusedNotRecorded(t *testing.T) {
 		t.Fatalf("valid report: %s, %v", tr.Status, err)
 	}
 }
+
+// Wake-ups for other replicas are paced: after one NOTIFY, the nodes woken within
+// NotifyEvery go out together in the next, no sooner than NotifyEvery after the first.
+func TestReplicaWakeupsArePaced(t *testing.T) {
+	const every = 300 * time.Millisecond
+	w := setup(t, dispatch.Config{NotifyEvery: every})
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	got := make(chan string, 16)
+	ready := make(chan struct{})
+	go w.st.Listen(ctx, dispatch.NotifyChannel, func(p string) { got <- p }, func(error) {}, func() { close(ready) })
+	<-ready
+	go w.d.Run(ctx)
+	next := func() (string, time.Time) {
+		select {
+		case p := <-got:
+			return p, time.Now()
+		case <-time.After(30 * time.Second):
+			t.Fatal("no NOTIFY within 30 s")
+			return "", time.Time{}
+		}
+	}
+	start := time.Now() // before the first NOTIFY is sent, so before the pacing clock starts
+	w.d.TaskQueued("node-a")
+	if p, _ := next(); p != "node-a" {
+		t.Fatalf("first NOTIFY = %q, want node-a at once", p)
+	}
+	for _, n := range []string{"node-b", "node-c", "node-d"} {
+		w.d.TaskQueued(n)
+	}
+	p, at := next()
+	if p != "node-b,node-c,node-d" {
+		t.Fatalf("second NOTIFY = %q, want the three nodes woken since the first in one", p)
+	}
+	if gap := at.Sub(start); gap < every { // a lower bound: a slow machine only makes it later
+		t.Fatalf("second NOTIFY came %v after the first was asked for, want >= %v", gap, every)
+	}
+}
