@@ -12,9 +12,12 @@ package placement
 import (
 	"fmt"
 	"math"
+	"container/heap"
 	"math/rand"
+	"runtime"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/sched"
@@ -319,12 +322,26 @@ type running struct {
 	slots []int
 }
 
+// departures is the running requests as a min-heap by end time.
+type departures []running
+
+func (d departures) Len() int           { return len(d) }
+func (d departures) Less(i, j int) bool { return d[i].end < d[j].end }
+func (d departures) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *departures) Push(x any)        { *d = append(*d, x.(running)) }
+func (d *departures) Pop() any {
+	old := *d
+	r := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return r
+}
+
 // Churn runs one policy over a workload; measurements come from the second half (steady state).
 func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	c := NewCluster(nodes)
 	rng := rand.New(rand.NewSource(seed + 1))
 	ev := workload(nodes, events, load, seed)
-	var live []running
+	live := &departures{}
 	now := 0.0
 	var asked, served [9]int
 	multi, local, feasible, feasibleLocal := 0, 0, 0, 0
@@ -332,18 +349,13 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	samples := 0
 	for i, e := range ev {
 		now += e.gap
-		// departures
-		kept := live[:0]
-		for _, r := range live {
-			if r.end <= now {
-				for _, s := range r.slots {
-					c.used[r.node][s] = false
-				}
-				continue
+		// departures: every request that has ended by now (the order does not matter)
+		for live.Len() > 0 && (*live)[0].end <= now {
+			r := heap.Pop(live).(running)
+			for _, s := range r.slots {
+				c.used[r.node][s] = false
 			}
-			kept = append(kept, r)
 		}
-		live = kept
 		measure := i >= events/2
 		if measure {
 			asked[e.size]++
@@ -357,7 +369,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 			for _, s := range slots {
 				c.used[n][s] = true
 			}
-			live = append(live, running{end: now + e.lifetime, node: n, slots: slots})
+			heap.Push(live, running{end: now + e.lifetime, node: n, slots: slots})
 			if measure {
 				served[e.size]++
 				if e.size > 1 && e.size < 8 {
@@ -465,16 +477,40 @@ func FillRatio(p Placer, nodes int, seed int64) float64 {
 }
 
 // Sweep runs every policy at every load with every seed (each seed is its own request
-// sequence, the same for every policy), ordered by load, seed, then Placers' order.
+// sequence, the same for every policy), ordered by load, seed, then Placers' order. The runs
+// are independent and deterministic, so they run on every CPU at once; the results are the
+// same as one by one.
 func Sweep(nodes, events int, loads []float64, seeds []int64) []Result {
-	var out []Result
+	type job struct {
+		p    Placer
+		load float64
+		seed int64
+	}
+	var jobs []job
 	for _, l := range loads {
 		for _, seed := range seeds {
 			for _, p := range Placers() {
-				out = append(out, Churn(p, nodes, events, l, seed))
+				jobs = append(jobs, job{p, l, seed})
 			}
 		}
 	}
+	out := make([]Result, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = Churn(jobs[i].p, nodes, events, jobs[i].load, jobs[i].seed)
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].OfferedLoad < out[j].OfferedLoad })
 	return out
 }
