@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -338,7 +336,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	}
 	na.OSImageID, na.ImageSnapshot = img.ID, img
 	if s.planner != nil {
-		na.ID = uuid.NewString()
+		na.ID = store.NewID()
 	}
 
 	var id string

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -521,7 +520,7 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	// end of placement, just before commit), not the transaction's start.
 	id := a.ID
 	if id == "" {
-		id = uuid.NewString()
+		id = NewID()
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(`SAVEPOINT gpuaas_insert`)

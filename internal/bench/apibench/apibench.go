@@ -45,7 +45,9 @@ type Result struct {
 	// CPUPerPairMS is CPU time per completed pair by process: controller, postgres and
 	// client (this process's API workers) for api; postgres and pgbench for the reference.
 	CPUPerPairMS map[string]float64 `json:"cpu_per_pair_ms,omitempty"`
-	Notes        string             `json:"notes,omitempty"` //
+	// WALPerPairKiB is the WAL PostgreSQL wrote per completed pair, full-page images included.
+	WALPerPairKiB float64 `json:"wal_per_pair_kib,omitempty"`
+	Notes         string  `json:"notes,omitempty"` //
 }
 
 // API runs clients workers, each with its own HTTPS connection, creating and releasing
@@ -58,6 +60,10 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	stop := time.Now().Add(d)
 	errc := make(chan error, clients)
 	cpu0, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
+	wal0, err := env.WALNow(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -113,6 +119,10 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	if err != nil {
 		return res, err
 	}
+	wal1, err := env.WALNow(ctx)
+	if err != nil {
+		return res, err
+	}
 	select {
 	case err := <-errc:
 		return res, err
@@ -121,10 +131,19 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	res.Pairs = len(pairs)
 	used := cpu1.Sub(cpu0)
 	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"controller": used.Controller, "postgres": used.Postgres, "client": used.Self})
+	res.WALPerPairKiB = walPerPair(res.Pairs, wal1-wal0)
 	res.PairsPerSec = float64(len(pairs)) / res.Seconds
 	res.PairP50ms, res.PairP99ms = benchenv.Percentile(pairs, 50), benchenv.Percentile(pairs, 99)
 	res.CreateP50ms, res.CreateP99ms = benchenv.Percentile(creates, 50), benchenv.Percentile(creates, 99)
 	return res, nil
+}
+
+// walPerPair is WAL bytes per pair in KiB (0 when no pair completed).
+func walPerPair(pairs int, bytes int64) float64 {
+	if pairs == 0 {
+		return 0
+	}
+	return float64(bytes) / 1024 / float64(pairs)
 }
 
 // perPair divides each CPU time by pairs, in milliseconds (nil when no pair completed).
@@ -213,12 +232,20 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 	if err != nil {
 		return res, err
 	}
+	wal0, err := env.WALNow(ctx)
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return res, fmt.Errorf("pgbench: %v\n%s", err, out)
 	}
 	cpu1, err := env.CPUNow()
+	if err != nil {
+		return res, err
+	}
+	wal1, err := env.WALNow(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -241,6 +268,7 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 	// The reserve transaction alone is about half the pair (two transactions of similar size);
 	// pgbench logs whole scripts, so create latency is not reported separately.
 	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"postgres": cpu1.Sub(cpu0).Postgres, "pgbench": client})
+	res.WALPerPairKiB = walPerPair(res.Pairs, wal1-wal0)
 	res.Notes = "latency per script (reserve + release transactions)"
 	if res.Pairs == 0 {
 		return res, fmt.Errorf("pgbench processed no transactions:\n%s", out)

@@ -324,3 +324,12 @@ func Percentile(ds []time.Duration, p int) float64 {
 	i := (len(s)*p + 99) / 100
 	return float64(s[max(i-1, 0)].Microseconds()) / 1000
 }
+
+// WALNow is PostgreSQL's WAL insert position in bytes: the difference of two readings is the
+// WAL every backend wrote between them (full-page images included), which is what a commit
+// waits to flush.
+func (e *Env) WALNow(ctx context.Context) (int64, error) {
+	var b int64
+	err := e.DB.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&b)
+	return b, err
+}

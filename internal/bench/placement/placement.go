@@ -10,9 +10,9 @@
 package placement
 
 import (
+	"container/heap"
 	"fmt"
 	"math"
-	"container/heap"
 	"math/rand"
 	"runtime"
 	"sort"

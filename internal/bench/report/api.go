@@ -126,8 +126,8 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 						}
 						s.Statements[kind] = statementRun{Pairs: r.Pairs, Top: top}
 					}
-					fmt.Printf("api: %-7s %5d nodes %2d clients round %d: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  unplaced %d errors %v\n",
-						kind, fleet, c, r.Round, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.Unplaced, r.Errors)
+					fmt.Printf("api: %-7s %5d nodes %2d clients round %d: %7.1f pairs/s  pair p50 %.1f ms p99 %.1f ms  create p50 %.1f ms  WAL %.1f KiB/pair  unplaced %d errors %v\n",
+						kind, fleet, c, r.Round, r.PairsPerSec, r.PairP50ms, r.PairP99ms, r.CreateP50ms, r.WALPerPairKiB, r.Unplaced, r.Errors)
 					s.Results = append(s.Results, r)
 					n, err := apibench.DoubleBooked(ctx, env)
 					if err != nil {
@@ -212,8 +212,8 @@ func (s *apiSuite) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
 	}
-	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows.\n\n")
-	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows. WAL: KiB of WAL written per pair (PostgreSQL's insert position before and after the run), full-page images included: what the pair's commits wait to flush.\n\n")
+	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw | WAL KiB |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Results {
 		if r.CPUPerPairMS == nil {
 			continue
@@ -228,7 +228,7 @@ func (s *apiSuite) markdown() string {
 		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round).CPUPerPairMS; r.Kind == "api" && p != nil {
 			vs = fmt.Sprintf("%.1fx", ratio(total, p["postgres"]+p["pgbench"]))
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, total, vs)
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, total, vs, r.WALPerPairKiB)
 	}
 	for _, kind := range []string{"api", "pgbench"} {
 		run, ok := s.Statements[kind]
