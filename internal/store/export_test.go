@@ -1,4 +1,4 @@
 package store
 
-// WindowCandidatesSQL lets tests EXPLAIN the placement window's candidate statement.
-var WindowCandidatesSQL = windowCandidatesSQL
+// WindowSlotsSQL lets tests EXPLAIN the placement window's slot statement.
+var WindowSlotsSQL = windowSlotsSQL

@@ -29,23 +29,20 @@ type CandidateSlot struct {
 	NUMANode  int // -1 unknown
 }
 
-// sliceBase is the node-level and slot-shape part of the seed-000 slot filter, shared by the
-// candidate query and the diagnosis query so the two can never disagree.
+// sliceBase is the seed-000 slot filter's node-level and slot-shape parts, shared by the
+// candidate query and the diagnosis query so the two can never disagree; the window's
+// statement uses the same two parts (nodeOK, slotOK) on its nodes.
 var sliceBase = `
-	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id` + fleetWide(sliceWhere)
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+	WHERE ` + fleetWide(nodeOK) + `
+	  AND ` + slotOK
 
-// sliceWhere is sliceBase's filter, for queries that reach the slots another way (the window
-// joins its node ids first, so PostgreSQL reads exactly those nodes by primary key).
-const sliceWhere = `
-	WHERE n.status = 'active'
+// nodeOK is the filter's node-level part: what node n must meet for any of its slots to be a candidate.
+const nodeOK = `n.status = 'active'
 	  AND ($2 = '' OR n.region = $2)
 	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
 	  AND coalesce(n.agent_facts->'prerequisites'->>'ready', 'true') = 'true'
-	  AND coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
-	  AND s.status = 'available' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
-	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000
-	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'node_exclusive' AND c.status IN ` + liveClaim + `
 	                  ` + probeFence + `)
@@ -54,33 +51,40 @@ const sliceWhere = `
 	                    AND a.status NOT IN ('released', 'failed')
 	                  ` + probeFence + `)`
 
-// probeFence marks the end of each check on live claims and allocations. In the window's
-// statement it becomes "OFFSET 0", which keeps each check a per-slot probe of its partial
-// index by (node, VF) or node: without it PostgreSQL flattens them into anti-joins and, seeing
-// a tiny partial index in its statistics, scans every live claim of the fleet for each
-// candidate slot (the 16-client bench: 20-28 claims and 2,500-4,000 heap fetches per window;
-// a full fleet has tens of thousands of live claims). The fleet-wide statements (the
-// fallback after the windows, the diagnosis) read every slot, where a hashed anti-join is the
-// right plan, so there it becomes nothing. The predicates are the same text either way.
+// slotOK is the filter's slot-level part (slot s of node n): the slot's SKU, state and shape.
+const slotOK = `coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
+	  AND s.status = 'available' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
+	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000
+	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL`
+
+// probeFence marks the end of each node-level check on live claims and allocations. In the
+// window's statement it becomes "OFFSET 0", which keeps each check a probe of its partial
+// index by node: without it PostgreSQL may flatten them into anti-joins and, seeing a tiny
+// partial index in its statistics, scan every live claim of the fleet (the 16-client bench:
+// 20-28 claims and 2,500-4,000 heap fetches per window; a full fleet has tens of thousands of
+// live claims). The fleet-wide statements (the fallback after the windows, the diagnosis)
+// read every slot, where a hashed anti-join is the right plan, so there it becomes nothing.
+// The predicates are the same text either way.
 const probeFence = "/*probe*/"
 
 // fleetWide is sql with its probe fences removed (see probeFence).
 func fleetWide(sql string) string { return strings.ReplaceAll(sql, probeFence, "") }
 
-// storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys);
-// fabricPolicy is fabricOK with its probe fences.
-var fabricOK = fleetWide(fabricPolicy)
-
+// storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys):
+// the slot's own fabric fields (fabricShape), no live claim on its VF, and no other enabled
+// slot of its node with the same VF. The window's statement states the last two over the
+// window's rows (windowSlotsSQL); TestWindowAgreesWithFleetWideFilter holds the two forms equal.
 const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
 	  AND coalesce(s.capacity_metadata->>'destructive_wipe_policy', '') <> '')`
 
-const fabricPolicy = `(s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
-	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''
+const fabricShape = `s.capacity_metadata->>'fabric_claim_mode' = 'per_slot_vf'
+	  AND coalesce(s.capacity_metadata->>'fabric_vf_pci_address', '') <> ''`
+
+const fabricOK = `(` + fabricShape + `
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c -- index claims_one_live_per_fabric_vf
 	                  WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
 	                    AND c.fabric_vf_pci_address <> ''
-	                    AND c.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'
-	                  ` + probeFence + `)
+	                    AND c.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address')
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots o
 	                  WHERE o.node_id = s.node_id AND o.id <> s.id AND o.status <> 'disabled'
 	                    AND o.capacity_metadata->>'fabric_vf_pci_address' = s.capacity_metadata->>'fabric_vf_pci_address'))`
@@ -140,15 +144,35 @@ const windowFrom = `FROM nodes n
 		  AND (n.available_slots, n.name) > ($6, $7)
 		ORDER BY n.available_slots, n.name LIMIT $8`
 
-// windowCandidatesSQL is the full slot filter on a window's nodes (windowSQL's arguments),
-// reading each node by primary key and each check through an index that holds only live
-// rows: its cost does not grow with the fleet nor with the allocation history
-// (TestWindowCostIgnoresAllocationHistory).
-var windowCandidatesSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`)
-		SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1)
-		FROM win JOIN nodes n ON n.id = win.id JOIN node_resource_slots s ON s.node_id = n.id`+
-	sliceWhere+` AND NOT n.draining AND `+storageOK+` AND `+fabricPolicy+`
-		ORDER BY n.name, s.slot_index`, probeFence, "OFFSET 0")
+// windowSlotsSQL is the full slot filter and the topology of a window's nodes (windowSQL's
+// arguments) in one statement, reading each node once and its slots and live claims through
+// indexes by node, so its cost grows with neither the fleet nor the allocation history
+// (TestWindowCostIgnoresAllocationHistory). It returns every enabled slice slot of the
+// window's placeable nodes (the topology: slots per NUMA group) with its node's live slot
+// claims and whether the slot is a candidate. The node-level checks run once per node, and the
+// VF checks over the node's slots and live claims already read: as a NOT EXISTS per candidate
+// slot (the fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the
+// statement's buffers.
+var windowSlotsSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`),
+	placeable AS MATERIALIZED (SELECT n.id, n.name, n.slice_sku FROM win JOIN nodes n ON n.id = win.id
+		WHERE NOT n.draining AND `+nodeOK+`),
+	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_live_node
+		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
+	claimed AS (SELECT node_id, count(*) AS n FROM live GROUP BY node_id),
+	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status, s.capacity_shape, s.parent_slot_id,
+		         s.sharing_model, s.max_claims, s.compute_milli, s.pci_address, s.nvme_device, s.mac_address, s.private_ip,
+		         s.capacity_metadata, count(*) FILTER (WHERE s.status <> 'disabled')
+		         OVER (PARTITION BY s.node_id, s.capacity_metadata->>'fabric_vf_pci_address') AS vf_slots
+		FROM node_resource_slots s WHERE s.node_id IN (SELECT id FROM placeable))
+	SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
+	       coalesce(`+slotOK+`
+	         AND `+storageOK+` AND `+fabricShape+`
+	         AND s.vf_slots = 1 -- no other enabled slot of the node has the VF
+	         AND NOT EXISTS (SELECT 1 FROM live WHERE live.node_id = s.node_id AND live.fabric_vf_pci_address <> ''
+	                           AND live.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'), false)
+	FROM placeable n JOIN slots s ON s.node_id = n.id LEFT JOIN claimed cl ON cl.node_id = n.id
+	WHERE s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled'
+	ORDER BY n.name, s.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
@@ -192,8 +216,7 @@ func (w WindowRequest) queue(b *pgx.Batch) {
 	// planner's milliseconds on each reservation (their best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(windowSQL, args...)
-	b.Queue(windowCandidatesSQL, args...)
-	b.Queue(`WITH win AS MATERIALIZED (`+windowIDs+`) `+topologySQL("ARRAY(SELECT id FROM win)"), args...)
+	b.Queue(windowSlotsSQL, args...)
 }
 
 func (w WindowRequest) key() WindowKey {
@@ -229,22 +252,27 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 	if rows, err = br.Query(); err != nil {
 		return win, translate(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var c CandidateSlot
-		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode); err != nil {
-			rows.Close()
+		var claimed int
+		var candidate bool
+		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode, &claimed, &candidate); err != nil {
 			return win, translate(err)
 		}
-		win.Candidates = append(win.Candidates, c)
+		nt, ok := win.Topology[c.NodeID]
+		if !ok {
+			return win, fmt.Errorf("store: the window's slots name node %s outside the window", c.NodeID)
+		}
+		nt.GroupSize[c.NUMANode]++
+		nt.ApprovedSlots++
+		nt.ClaimedSlots = claimed
+		win.Topology[c.NodeID] = nt
+		if candidate {
+			win.Candidates = append(win.Candidates, c)
+		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return win, translate(err)
-	}
-	if rows, err = br.Query(); err != nil {
-		return win, translate(err)
-	}
-	return win, scanTopology(rows, win.Topology)
+	return win, translate(rows.Err())
 }
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).
