@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -354,4 +355,32 @@ func provisioningEvents(b *testBundle) int {
 		return err
 	})
 	return n
+}
+
+// Every claim carries its slot's devices, as the slot map gave them, in slot order.
+func TestClaimsCarryTheirSlotsDevices(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 7)
+	a := b.mustCreate(4)
+	got, err := b.svc.Get(b.ctx, b.admin, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Claims) != 4 {
+		t.Fatalf("%d claims, want 4", len(got.Claims))
+	}
+	for i, c := range got.Claims {
+		if c.SlotIndex == nil || c.NUMANode == nil {
+			t.Fatalf("claim %d lacks its slot index or NUMA node: %+v", i, c)
+		}
+		want := fixtures.H200Slot(7, *c.SlotIndex)
+		if i > 0 && *c.SlotIndex <= *got.Claims[i-1].SlotIndex {
+			t.Fatalf("claims out of slot order: %d after %d", *c.SlotIndex, *got.Claims[i-1].SlotIndex)
+		}
+		if *c.NUMANode != *want.NUMANode || c.PCIAddress != want.PCIAddress || c.NVMeDevice != want.NVMeDevice ||
+			c.FabricVF != want.CapacityMetadata["fabric_vf_pci_address"] || c.MACAddress != want.MACAddress || c.PrivateIP != want.PrivateIP ||
+			c.Kind != "slot" || c.SlotID == "" || c.NodeID == "" {
+			t.Fatalf("claim %d = %+v, want slot %d's devices %+v", i, c, *c.SlotIndex, want)
+		}
+	}
 }

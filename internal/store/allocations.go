@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,8 +130,14 @@ func readAllocation(br pgx.BatchResults) (AllocationRecord, error) {
 	return a, err
 }
 
+// claimsSQL reads an allocation's claims with their device snapshot's fields taken out by the
+// database (jsonb field access): decoding each snapshot's text in Go was 8% of the
+// controller's CPU in a 16-client create+release profile.
 const claimsSQL = `SELECT c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
-		c.resource_snapshot, c.created_at
+		(c.resource_snapshot->>'slot_index')::int, (c.resource_snapshot->>'numa_node')::int,
+		coalesce(c.resource_snapshot->>'pci_address', ''), coalesce(c.resource_snapshot->>'nvme_device', ''),
+		coalesce(c.resource_snapshot->>'fabric_vf_pci_address', ''), coalesce(c.resource_snapshot->>'mac_address', ''),
+		coalesce(c.resource_snapshot->>'private_ip', ''), c.created_at
 	FROM allocation_resource_claims c WHERE c.allocation_id = $1::uuid
 	ORDER BY (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`
 
@@ -141,24 +146,10 @@ func scanClaims(rows pgx.Rows) ([]apiv1.Claim, error) {
 	var out []apiv1.Claim
 	for rows.Next() {
 		var c apiv1.Claim
-		var snap struct {
-			SlotIndex  *int   `json:"slot_index"`
-			NUMANode   *int   `json:"numa_node"`
-			PCIAddress string `json:"pci_address"`
-			NVMeDevice string `json:"nvme_device"`
-			FabricVF   string `json:"fabric_vf_pci_address"`
-			MACAddress string `json:"mac_address"`
-			PrivateIP  string `json:"private_ip"`
-		}
-		var raw []byte
-		if err := rows.Scan(&c.ID, &c.Kind, &c.Status, &c.NodeID, &c.SlotID, &raw, &c.CreatedAt); err != nil {
+		if err := rows.Scan(&c.ID, &c.Kind, &c.Status, &c.NodeID, &c.SlotID, &c.SlotIndex, &c.NUMANode,
+			&c.PCIAddress, &c.NVMeDevice, &c.FabricVF, &c.MACAddress, &c.PrivateIP, &c.CreatedAt); err != nil {
 			return nil, translate(err)
 		}
-		if err := json.Unmarshal(raw, &snap); err != nil {
-			return nil, fmt.Errorf("store: claim %s snapshot: %w", c.ID, err)
-		}
-		c.SlotIndex, c.NUMANode, c.PCIAddress, c.NVMeDevice = snap.SlotIndex, snap.NUMANode, snap.PCIAddress, snap.NVMeDevice
-		c.FabricVF, c.MACAddress, c.PrivateIP = snap.FabricVF, snap.MACAddress, snap.PrivateIP
 		out = append(out, c)
 	}
 	return out, translate(rows.Err())
