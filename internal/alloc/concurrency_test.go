@@ -64,3 +64,45 @@ func TestConcurrentCreates(t *testing.T) {
 	t.Logf("%d succeeded holding %d GPUs, %d sku_unavailable", len(ok), gpus, len(failures))
 	b.invariants()
 }
+
+// A NUMA group whose slots another create of this replica has locked (its transaction not yet
+// committed, so they still read as available) is tried last: the create takes the other
+// group instead of losing the lock race on the best one. Once that create ends, the group is
+// the best choice again.
+func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
+	b := setup(t)
+	n := b.addNode("n1", 1)
+	slots, err := b.st.ListSlots(b.ctx, n.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var group0 []string
+	for _, s := range slots {
+		if s.SlotIndex < 4 {
+			group0 = append(group0, s.ID)
+		}
+	}
+	release := b.svc.HoldForTest(group0)
+	_, idx := b.placed(b.mustCreate(4))
+	eqIdx(t, idx, 4, 5, 6, 7)
+	release()
+	_, idx = b.placed(b.mustCreate(4))
+	eqIdx(t, idx, 0, 1, 2, 3)
+	// With every group held, the create still tries them (a holder may yet fail): here
+	// nothing is really locked, so it succeeds on the best choice. n1 is full by now.
+	n2 := b.addNode("n2", 2)
+	slots, err = b.st.ListSlots(b.ctx, n2.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	for _, s := range slots {
+		all = append(all, s.ID)
+	}
+	defer b.svc.HoldForTest(all)()
+	node, idx := b.placed(b.mustCreate(4))
+	if node != "n2" {
+		t.Fatalf("placed on %s, want n2", node)
+	}
+	eqIdx(t, idx, 0, 1, 2, 3)
+}

@@ -29,9 +29,10 @@ type Config struct {
 
 // Service runs placement and lifecycle transitions.
 type Service struct {
-	st      *store.Store
-	cfg     Config
-	planner TaskPlanner
+	st       *store.Store
+	cfg      Config
+	planner  TaskPlanner
+	inflight inFlight
 }
 
 // TaskPlanner lets the create transaction queue a slice's provisioning task itself, so no
@@ -251,6 +252,8 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	var allocID string
 	var written store.AllocationRecord
 	var writtenTasks []store.TaskRecord
+	var held []string // slots this request's transaction has locked (s.inflight)
+	defer func() { s.inflight.release(held) }()
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
 		if idemKey != "" {
 			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
@@ -278,7 +281,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if err != nil {
 			return err
 		}
-		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks)
+		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks, &held)
 		return err
 	})
 	if err != nil {
@@ -308,7 +311,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 // with the allocation and its provisioning task as written (so Create answers without
 // reading them again).
 func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, look store.CreateLookup,
-	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord) (string, error) {
+	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord, held *[]string) (string, error) {
 	img, imgErr := look.Image, look.ImageErr
 	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
 	if err != nil {
@@ -343,8 +346,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	attempts, lost := 0, 0
 	outcome, err := s.placeSlice(ctx, tx, r, look, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
 		// The best choice first; after a lost race the rest of its tier in random order, so
-		// concurrent requests scatter instead of convoying down the same list.
-		for _, ch := range sched.SpreadTies(out.Choices, rand.IntN) {
+		// concurrent requests scatter instead of convoying down the same list. Choices that
+		// need slots another request of this replica has locked go last (s.inflight).
+		for _, ch := range s.inflight.order(sched.SpreadTies(out.Choices, rand.IntN), cands) {
 			if attempts >= s.cfg.MaxAttempts {
 				return true, nil
 			}
@@ -357,6 +361,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				if err != nil {
 					return err
 				}
+				// Locked until this transaction ends, whatever happens next.
+				s.inflight.hold(slotIDs)
+				*held = append(*held, slotIDs...)
 				na.NodeID = ch.NodeID
 				na.UsageSnapshot = usage(r, price, ch.NodeID, slotIDs)
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
@@ -475,19 +482,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 // choice has no equivalents). It returns the claims and the slots' ids and indexes, or
 // errLostRace.
 func lockChoice(ctx context.Context, sp *store.Tx, ch sched.Choice, cands []store.CandidateSlot) ([]store.NewClaim, []string, []int, error) {
-	alts := ch.SlotIDs
-	if len(ch.NUMANodes) > 0 {
-		alts = nil
-		for _, c := range cands {
-			if c.NodeID == ch.NodeID && slices.Contains(ch.NUMANodes, max(c.NUMANode, -1)) {
-				alts = append(alts, c.SlotID)
-			}
-		}
-		if len(alts) < len(ch.SlotIDs) {
-			alts = ch.SlotIDs
-		}
-	}
-	locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs, alts, len(ch.SlotIDs))
+	locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs, alternates(ch, cands), len(ch.SlotIDs))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -1,0 +1,93 @@
+package alloc
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/gpuaas/gpuaas/internal/sched"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// inFlight is the slots this replica's reservations have locked and not yet committed or
+// rolled back. Until that transaction ends, every other one still reads them as available, so
+// a concurrent request of this replica ranks them like any free slot, and when its choice
+// needs them (a 4-GPU request wanting the same NUMA group) its lock finds too few and it
+// loses the race: one wasted lock round trip per collision (at 16 clients, 2.3 lock
+// statements per create). A request therefore tries first the choices whose NUMA groups still
+// have enough slots that nobody here holds, in ranking order. Nothing is held when requests
+// come one at a time, so placement itself is unchanged; another replica's locks are found by
+// SKIP LOCKED as before.
+type inFlight struct {
+	mu    sync.Mutex
+	slots map[string]int // slot id -> reservations holding it (normally 0 or 1)
+}
+
+// hold records slots as locked by a reservation in progress.
+func (f *inFlight) hold(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.slots == nil {
+		f.slots = map[string]int{}
+	}
+	for _, id := range ids {
+		f.slots[id]++
+	}
+}
+
+// release forgets slots hold recorded, once their transaction has ended.
+func (f *inFlight) release(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if f.slots[id] <= 1 {
+			delete(f.slots, id)
+		} else {
+			f.slots[id]--
+		}
+	}
+}
+
+// order returns choices with those that can still be locked without a held slot first, each
+// part in its given order. A choice can be when its alternates (the slots lockChoice may take
+// for it) include enough that nobody here holds.
+func (f *inFlight) order(choices []sched.Choice, cands []store.CandidateSlot) []sched.Choice {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.slots) == 0 {
+		return choices
+	}
+	var clear, held []sched.Choice
+	for _, ch := range choices {
+		free := 0
+		for _, id := range alternates(ch, cands) {
+			if f.slots[id] == 0 {
+				free++
+			}
+		}
+		if free >= len(ch.SlotIDs) {
+			clear = append(clear, ch)
+		} else {
+			held = append(held, ch)
+		}
+	}
+	return append(clear, held...)
+}
+
+// alternates is the slots lockChoice may lock for a choice: the free candidate slots of the
+// same node and NUMA groups (a full-host choice, or one without enough of them, has only its
+// own).
+func alternates(ch sched.Choice, cands []store.CandidateSlot) []string {
+	if len(ch.NUMANodes) == 0 {
+		return ch.SlotIDs
+	}
+	var alts []string
+	for _, c := range cands {
+		if c.NodeID == ch.NodeID && slices.Contains(ch.NUMANodes, max(c.NUMANode, -1)) {
+			alts = append(alts, c.SlotID)
+		}
+	}
+	if len(alts) < len(ch.SlotIDs) {
+		return ch.SlotIDs
+	}
+	return alts
+}
