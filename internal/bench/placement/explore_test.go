@@ -112,6 +112,8 @@ type weighted struct {
 	// lifetimes, when set, is the run's request sequence: the ranking knows when each request
 	// will leave (a clairvoyant bound, not a policy) and breaks FGD ties by end-time alignment.
 	lifetimes []event
+	noise     float64 // hint = lifetime x exp(noise x N(0,1)); 0: exact
+	hintRng   *rand.Rand
 	i         int
 	now       float64
 	ends      map[int][]float64
@@ -125,7 +127,11 @@ func (p *weighted) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) 
 		e := p.lifetimes[p.i]
 		p.i++
 		p.now += e.gap
-		end = p.now + e.lifetime
+		life := e.lifetime
+		if p.noise > 0 {
+			life *= math.Exp(p.noise * p.hintRng.NormFloat64())
+		}
+		end = p.now + life
 	}
 	bestNode, bestTake, bestKey := -1, uint8(0), [4]int{}
 	for n := range c.used {
@@ -196,6 +202,9 @@ func explorePolicy(name string, nodes, events int, load float64, seed int64) Pla
 		return &weighted{name: name, w: [7]int{1, 36, 38, 164, 35, 88, -10}}
 	case "fgd-oracle": // FGD, ties broken by departure-time alignment: knows every lifetime
 		return &weighted{name: name, w: [7]int{1}, lifetimes: workload(nodes, events, load, seed), ends: map[int][]float64{}}
+	case "fgd-hint50", "fgd-hint100", "fgd-hint200": // as fgd-oracle with each lifetime known only within e^(sigma x N(0,1)), sigma 0.5, 1, 2
+		sigma, _ := strconv.Atoi(strings.TrimPrefix(name, "fgd-hint"))
+		return &weighted{name: name, w: [7]int{1}, lifetimes: workload(nodes, events, load, seed), ends: map[int][]float64{}, noise: float64(sigma) / 100, hintRng: rand.New(rand.NewSource(seed + 99))}
 	case "keep-groups": // minimizes the share by keeping whole groups free at any cost
 		return &weighted{name: name, w: [7]int{1, 2, 13, 1, 191, 299, -80}}
 	}
