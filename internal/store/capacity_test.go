@@ -53,11 +53,11 @@ func TestCapacityHintAndWindows(t *testing.T) {
 	for i := range 3 {
 		nodes = append(nodes, addNode(t, st, fmt.Sprintf("cap-%d", i), 20+i))
 	}
-	if ids, _ := window(t, st, 1, nil, 10); len(ids) != 0 {
-		t.Fatalf("before any refresh the hint is 0 everywhere, so no window; got %v", ids)
+	if ids, _ := window(t, st, 1, nil, 10); len(ids) != 3 {
+		t.Fatalf("an applied slot map sets its node's hint at once, so all 3 nodes are in the window before any refresh; got %v", ids)
 	}
-	if n, err := st.RefreshCapacity(ctx); err != nil || n != 3 {
-		t.Fatalf("first refresh recounts the 3 new nodes: %d, %v", n, err)
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 0 {
+		t.Fatalf("the hint is already exact, so the first refresh changes no node: %d, %v", n, err)
 	}
 	if n, err := st.RefreshCapacity(ctx); err != nil || n != 0 {
 		t.Fatalf("nothing changed since: %d, %v", n, err)

@@ -268,6 +268,15 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 			return res, translate(err)
 		}
 	}
+	// The best-fit hint (nodes.available_slots) is exact when the map commits: an approval is
+	// rare and already holds the node row, so it recounts here instead of leaving the new
+	// capacity out of placement windows until the next refresh (up to 250 ms, in which a
+	// request would be placed as if the node were not there).
+	if _, err := t.tx.Exec(ctx, `UPDATE nodes SET available_slots =
+			(SELECT count(*) FROM node_resource_slots WHERE node_id = $1 AND status = 'available')
+		WHERE id = $1`, nodeID); err != nil {
+		return res, translate(err)
+	}
 	res.Applied = true
 	return res, nil
 }
