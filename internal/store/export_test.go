@@ -1,4 +1,4 @@
 package store
 
-// WindowSlotsSQL lets tests EXPLAIN the placement window's slot statement.
-var WindowSlotsSQL = windowSlotsSQL
+// WindowSQL lets tests EXPLAIN the placement window's statement.
+var WindowSQL = windowSQL

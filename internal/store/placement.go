@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func fleetWide(sql string) string { return strings.ReplaceAll(sql, probeFence, "
 // storageOK and fabricOK are the policy parts of the filter (seed 000, seed 002 required keys):
 // the slot's own fabric fields (fabricShape), no live claim on its VF, and no other enabled
 // slot of its node with the same VF. The window's statement states the last two over the
-// window's rows (windowSlotsSQL); TestWindowAgreesWithFleetWideFilter holds the two forms equal.
+// window's rows (windowSQL); TestWindowAgreesWithFleetWideFilter holds the two forms equal.
 const storageOK = `(s.capacity_metadata->>'storage_ownership' = 'slice'
 	  AND coalesce(s.capacity_metadata->>'destructive_wipe_policy', '') <> '')`
 
@@ -130,12 +131,9 @@ type WindowKey struct {
 	Name      string
 }
 
-// windowSQL selects a best-fit window of nodes: $1-$4 are PlacementQuery.args(), $5 the GPUs,
-// ($6, $7) the key the window starts after, $8 its size.
-const windowSQL = `SELECT n.id::text, n.available_slots, n.name ` + windowFrom
-
-// windowIDs is the window as a CTE body of uuids (so the planner joins it by index).
-const windowIDs = `SELECT n.id ` + windowFrom
+// windowNodes is the best-fit window as a CTE body (id, available_slots, name): $1-$4 are
+// PlacementQuery.args(), $5 the GPUs, ($6, $7) the key the window starts after, $8 its size.
+const windowNodes = `SELECT n.id, n.available_slots, n.name ` + windowFrom
 
 const windowFrom = `FROM nodes n
 		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
@@ -144,16 +142,18 @@ const windowFrom = `FROM nodes n
 		  AND (n.available_slots, n.name) > ($6, $7)
 		ORDER BY n.available_slots, n.name LIMIT $8`
 
-// windowSlotsSQL is the full slot filter and the topology of a window's nodes (windowSQL's
-// arguments) in one statement, reading each node once and its slots and live claims through
-// indexes by node, so its cost grows with neither the fleet nor the allocation history
-// (TestWindowCostIgnoresAllocationHistory). It returns every enabled slice slot of the
-// window's placeable nodes (the topology: slots per NUMA group) with its node's live slot
-// claims and whether the slot is a candidate. The node-level checks run once per node, and the
-// VF checks over the node's slots and live claims already read: as a NOT EXISTS per candidate
+// windowSQL is a best-fit window, the full slot filter on its nodes and their topology in one
+// statement (so one snapshot: the window cannot move between reading its nodes and their
+// slots when a hint refresh commits in between), reading each node once and its slots and live
+// claims through indexes by node, so its cost grows with neither the fleet nor the allocation
+// history (TestWindowCostIgnoresAllocationHistory). It returns each window node in window
+// order, with every enabled slice slot of the placeable ones (the topology: slots per NUMA
+// group), its live slot claims and whether the slot is a candidate; a node with no such slot
+// comes once with NULL slot columns. The node-level checks run once per node, and the VF
+// checks over the node's slots and live claims already read: as a NOT EXISTS per candidate
 // slot (the fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the
 // statement's buffers.
-var windowSlotsSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`),
+var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
 	placeable AS MATERIALIZED (SELECT n.id, n.name, n.slice_sku FROM win JOIN nodes n ON n.id = win.id
 		WHERE NOT n.draining AND `+nodeOK+`),
 	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_live_node
@@ -163,16 +163,18 @@ var windowSlotsSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowIDs+`
 		         s.sharing_model, s.max_claims, s.compute_milli, s.pci_address, s.nvme_device, s.mac_address, s.private_ip,
 		         s.capacity_metadata, count(*) FILTER (WHERE s.status <> 'disabled')
 		         OVER (PARTITION BY s.node_id, s.capacity_metadata->>'fabric_vf_pci_address') AS vf_slots
-		FROM node_resource_slots s WHERE s.node_id IN (SELECT id FROM placeable))
-	SELECT n.id::text, n.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
-	       coalesce(`+slotOK+`
-	         AND `+storageOK+` AND `+fabricShape+`
-	         AND s.vf_slots = 1 -- no other enabled slot of the node has the VF
-	         AND NOT EXISTS (SELECT 1 FROM live WHERE live.node_id = s.node_id AND live.fabric_vf_pci_address <> ''
-	                           AND live.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'), false)
-	FROM placeable n JOIN slots s ON s.node_id = n.id LEFT JOIN claimed cl ON cl.node_id = n.id
-	WHERE s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled'
-	ORDER BY n.name, s.slot_index`, probeFence, "OFFSET 0")
+		FROM node_resource_slots s WHERE s.node_id IN (SELECT id FROM placeable)),
+	ns AS (SELECT n.id AS node_id, s.id, s.slot_index, s.numa_node, coalesce(cl.n, 0) AS claimed,
+	              coalesce(`+slotOK+`
+	                AND `+storageOK+` AND `+fabricShape+`
+	                AND s.vf_slots = 1 -- no other enabled slot of the node has the VF
+	                AND NOT EXISTS (SELECT 1 FROM live WHERE live.node_id = s.node_id AND live.fabric_vf_pci_address <> ''
+	                                  AND live.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'), false) AS candidate
+		FROM placeable n JOIN slots s ON s.node_id = n.id LEFT JOIN claimed cl ON cl.node_id = n.id
+		WHERE s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled')
+	SELECT w.id::text, w.available_slots, w.name, ns.id::text, ns.slot_index, coalesce(ns.numa_node, -1), ns.claimed, ns.candidate
+	FROM win w LEFT JOIN ns ON ns.node_id = w.id
+	ORDER BY w.available_slots, w.name, ns.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
@@ -211,12 +213,10 @@ type WindowRequest struct {
 // queue appends the window's statements to b.
 func (w WindowRequest) queue(b *pgx.Batch) {
 	k := w.key()
-	args := append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit)
-	// These statements run with a different window every time: a generic plan saves the
-	// planner's milliseconds on each reservation (their best plan does not depend on values).
+	// The statement runs with a different window every time: a generic plan saves the
+	// planner's milliseconds on each reservation (its best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(windowSQL, args...)
-	b.Queue(windowSlotsSQL, args...)
+	b.Queue(windowSQL, append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit)...)
 }
 
 func (w WindowRequest) key() WindowKey {
@@ -226,7 +226,8 @@ func (w WindowRequest) key() WindowKey {
 	return WindowKey{Available: -1}
 }
 
-// read reads the results of the statements queue appended.
+// read reads the results of the statements queue appended. Candidates come ordered by node
+// name and slot index, as SliceCandidates orders them.
 func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 	win := Window{Next: w.key(), Topology: map[string]NodeTopology{}}
 	if _, err := br.Exec(); err != nil {
@@ -236,43 +237,40 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 	if err != nil {
 		return win, translate(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id, &win.Next.Available, &win.Next.Name); err != nil {
-			rows.Close()
+		var node, name string
+		var avail int
+		var slotID *string
+		var slotIndex, numa, claimed *int
+		var candidate *bool
+		if err := rows.Scan(&node, &avail, &name, &slotID, &slotIndex, &numa, &claimed, &candidate); err != nil {
 			return win, translate(err)
 		}
-		win.NodeIDs = append(win.NodeIDs, id)
-		win.Topology[id] = NodeTopology{GroupSize: map[int]int{}}
+		nt, seen := win.Topology[node]
+		if !seen {
+			nt = NodeTopology{GroupSize: map[int]int{}}
+			win.NodeIDs = append(win.NodeIDs, node)
+			win.Next = WindowKey{Available: avail, Name: name}
+		}
+		if slotID != nil && slotIndex != nil && numa != nil && claimed != nil && candidate != nil {
+			nt.GroupSize[*numa]++
+			nt.ApprovedSlots++
+			nt.ClaimedSlots = *claimed
+			if *candidate {
+				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node, NodeName: name, SlotID: *slotID, SlotIndex: *slotIndex, NUMANode: *numa})
+			}
+		}
+		win.Topology[node] = nt
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return win, translate(err)
 	}
-	if rows, err = br.Query(); err != nil {
-		return win, translate(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c CandidateSlot
-		var claimed int
-		var candidate bool
-		if err := rows.Scan(&c.NodeID, &c.NodeName, &c.SlotID, &c.SlotIndex, &c.NUMANode, &claimed, &candidate); err != nil {
-			return win, translate(err)
-		}
-		nt, ok := win.Topology[c.NodeID]
-		if !ok {
-			return win, fmt.Errorf("store: the window's slots name node %s outside the window", c.NodeID)
-		}
-		nt.GroupSize[c.NUMANode]++
-		nt.ApprovedSlots++
-		nt.ClaimedSlots = claimed
-		win.Topology[c.NodeID] = nt
-		if candidate {
-			win.Candidates = append(win.Candidates, c)
-		}
-	}
-	return win, translate(rows.Err())
+	sort.SliceStable(win.Candidates, func(i, j int) bool {
+		a, b := win.Candidates[i], win.Candidates[j]
+		return a.NodeName < b.NodeName || a.NodeName == b.NodeName && a.SlotIndex < b.SlotIndex
+	})
+	return win, nil
 }
 
 // Blockers counts available slots of the SKU that the policy filters exclude (diagnosis).

@@ -26,7 +26,7 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 		t.Fatal(err)
 	}
 	var plan []byte
-	err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+store.WindowSlotsSQL,
+	err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+store.WindowSQL,
 		"h200-sxm-slice", "", "", 0.0, 1, -1, "", 8).Scan(&plan)
 	if err != nil {
 		t.Fatal(err)

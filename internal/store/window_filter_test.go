@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -101,6 +102,16 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Nodes the node-level rules exclude are still window nodes (the window is read by
+		// the hint), with no candidates and no topology.
+		for _, name := range []string{"d-exclusive", "e-baremetal", "h-not-ready"} {
+			if !slices.Contains(w.NodeIDs, ids[name]) {
+				t.Errorf("region %q: %s is not among the window's nodes %v", region, name, w.NodeIDs)
+			}
+			if tp, ok := w.Topology[ids[name]]; !ok || tp.ApprovedSlots != 0 {
+				t.Errorf("region %q: %s topology %+v (present %v), want present and empty", region, name, tp, ok)
+			}
 		}
 		if got, want := fmt.Sprint(w.Candidates), fmt.Sprint(fleet); got != want {
 			t.Fatalf("region %q: the window's candidates\n%v\ndiffer from the fleet-wide filter's\n%v", region, got, want)
