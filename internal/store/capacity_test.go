@@ -161,3 +161,32 @@ func TestMalformedIDsFindNothing(t *testing.T) {
 		}
 	}
 }
+
+// An operator's slot change (enable, disable) moves its node in the best-fit order at once,
+// not at the next refresh.
+func TestSlotEnabledMovesTheHintAtOnce(t *testing.T) {
+	st, _ := open(t)
+	ctx := context.Background()
+	a, b := addNode(t, st, "en-a", 30), addNode(t, st, "en-b", 31)
+	if ids, _ := window(t, st, 1, nil, 1); len(ids) != 1 || ids[0] != a.ID {
+		t.Fatalf("both nodes have 8 free: en-a first by name; got %v", ids)
+	}
+	set := func(enabled bool) {
+		t.Helper()
+		err := st.InTx(ctx, func(tx *store.Tx) error {
+			_, err := tx.SetSlotEnabled(ctx, b.ID, 3, enabled, "test")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(false)
+	if ids, next := window(t, st, 1, nil, 1); len(ids) != 1 || ids[0] != b.ID || next.Available != 7 {
+		t.Fatalf("en-b has 7 free after the disable: best fit first; got %v (key %+v)", ids, next)
+	}
+	set(true)
+	if ids, _ := window(t, st, 1, nil, 1); len(ids) != 1 || ids[0] != a.ID {
+		t.Fatalf("en-b re-enabled: back to name order; got %v", ids)
+	}
+}

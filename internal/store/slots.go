@@ -268,17 +268,24 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 			return res, translate(err)
 		}
 	}
-	// The best-fit hint (nodes.available_slots) is exact when the map commits: an approval is
-	// rare and already holds the node row, so it recounts here instead of leaving the new
-	// capacity out of placement windows until the next refresh (up to 250 ms, in which a
-	// request would be placed as if the node were not there).
-	if _, err := t.tx.Exec(ctx, `UPDATE nodes SET available_slots =
-			(SELECT count(*) FROM node_resource_slots WHERE node_id = $1 AND status = 'available')
-		WHERE id = $1`, nodeID); err != nil {
-		return res, translate(err)
+	if err := t.recountAvailable(ctx, nodeID); err != nil {
+		return res, err
 	}
 	res.Applied = true
 	return res, nil
+}
+
+// recountAvailable makes the node's best-fit hint (nodes.available_slots) exact in this
+// transaction. Operator changes to a node's slots (a slot map applied, a slot enabled or
+// disabled) are rare, so they recount at once instead of leaving the change out of placement
+// windows until the next refresh (up to 250 ms, in which a request would be placed as if the
+// capacity were not there). Reservations and releases leave it to the refresh: they would
+// queue behind each other on the node row.
+func (t *Tx) recountAvailable(ctx context.Context, nodeID string) error {
+	_, err := t.tx.Exec(ctx, `UPDATE nodes SET available_slots =
+			(SELECT count(*) FROM node_resource_slots WHERE node_id = $1 AND status = 'available')
+		WHERE id = $1`, nodeID)
+	return translate(err)
 }
 
 // SetSlotEnabled disables an available (or cleanup-blocked/failed) slot, or re-enables a disabled one.
@@ -304,6 +311,9 @@ func (t *Tx) SetSlotEnabled(ctx context.Context, nodeID string, index int, enabl
 		if _, err := t.tx.Exec(ctx, `UPDATE node_resource_slots SET status = $3, status_reason = $4
 			WHERE node_id = $1 AND slot_index = $2`, nodeID, index, target, reason); err != nil {
 			return apiv1.Slot{}, translate(err)
+		}
+		if err := t.recountAvailable(ctx, nodeID); err != nil {
+			return apiv1.Slot{}, err
 		}
 	}
 	var sl apiv1.Slot
