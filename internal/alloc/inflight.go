@@ -56,10 +56,16 @@ func (f *inFlight) order(choices []sched.Choice, cands []store.CandidateSlot) []
 	if len(f.slots) == 0 {
 		return choices
 	}
+	// Each choice's alternates come from its own node's candidates: the fleet-wide fallback
+	// ranks thousands of choices over tens of thousands of candidates.
+	byNode := map[string][]store.CandidateSlot{}
+	for _, c := range cands {
+		byNode[c.NodeID] = append(byNode[c.NodeID], c)
+	}
 	var clear, held []sched.Choice
 	for _, ch := range choices {
 		free := 0
-		for _, id := range alternates(ch, cands) {
+		for _, id := range alternates(ch, byNode[ch.NodeID]) {
 			if f.slots[id] == 0 {
 				free++
 			}
@@ -75,7 +81,7 @@ func (f *inFlight) order(choices []sched.Choice, cands []store.CandidateSlot) []
 
 // alternates is the slots lockChoice may lock for a choice: the free candidate slots of the
 // same node and NUMA groups (a full-host choice, or one without enough of them, has only its
-// own).
+// own). cands may be every candidate or only the choice's node's.
 func alternates(ch sched.Choice, cands []store.CandidateSlot) []string {
 	if len(ch.NUMANodes) == 0 {
 		return ch.SlotIDs

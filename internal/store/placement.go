@@ -112,11 +112,14 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 		ORDER BY n.name, s.slot_index`, pq.args()...)
 }
 
+// availableSlotsOfN counts node n's available slots: the best-fit hint's value.
+const availableSlotsOfN = `(SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available')`
+
 // RefreshCapacity recounts the available slots of nodes whose slots changed since the last
 // refresh (the nodes_best_fit hint) and returns how many nodes it recounted.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-		c AS (SELECT n.id, (SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available') AS free
+		c AS (SELECT n.id, `+availableSlotsOfN+` AS free
 		      FROM nodes n WHERE n.id IN (SELECT node_id FROM d))
 		UPDATE nodes n SET available_slots = c.free FROM c WHERE n.id = c.id AND n.available_slots <> c.free`)
 	if err != nil {

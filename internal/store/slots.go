@@ -282,9 +282,7 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 // capacity were not there). Reservations and releases leave it to the refresh: they would
 // queue behind each other on the node row.
 func (t *Tx) recountAvailable(ctx context.Context, nodeID string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE nodes SET available_slots =
-			(SELECT count(*) FROM node_resource_slots WHERE node_id = $1 AND status = 'available')
-		WHERE id = $1`, nodeID)
+	_, err := t.tx.Exec(ctx, `UPDATE nodes n SET available_slots = `+availableSlotsOfN+` WHERE n.id = $1`, nodeID)
 	return translate(err)
 }
 
