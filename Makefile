@@ -18,7 +18,7 @@ TEST_FLAGS ?= -count=1 -timeout 20m
 FUZZ_TARGETS := internal/api:FuzzDecodeBody internal/api:FuzzQueryParams internal/task:FuzzVerify \
 	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/topology:FuzzSignature \
 	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cloudinit:FuzzRenderHost \
-	internal/cli/slots:FuzzReadSlotMap
+	internal/cli/slots:FuzzReadSlotMap internal/store:FuzzIsUUID
 FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 

@@ -41,7 +41,7 @@ func tenantScope(a Actor) string {
 
 // Get returns one allocation as the actor may see it.
 func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Allocation, error) {
-	if !isUUID(id) {
+	if !store.IsUUID(id) {
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
 	rec, tasks, err := s.st.GetAllocationWithTasks(ctx, id, tenantScope(actor))
@@ -140,7 +140,7 @@ func Cost(p apiv1.Price, activeAt, releasingAt *time.Time, now time.Time) apiv1.
 // otherwise the allocation and its slots move to releasing and the host is asked to tear
 // down and wipe (outbox allocation.release_requested). Releasing twice is a no-op.
 func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Allocation, error) {
-	if !isUUID(id) {
+	if !store.IsUUID(id) {
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
 	now := s.cfg.Now()
@@ -388,25 +388,6 @@ func (s *Service) CompleteRelease(ctx context.Context, id string, proofs map[str
 		}
 		return tx.QueueOutbox(ctx, "allocation.released", id, rec.NodeID, map[string]any{"allocation_id": id})
 	})
-}
-
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // CleanupFailed applies a cleanup's wipe proofs to a failed allocation's slots: a slot in

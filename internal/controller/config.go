@@ -41,6 +41,9 @@ type Config struct {
 	// AdvertiseURL is this replica's address for the other replicas (terminal relay); empty:
 	// https:// and the listen address (the machine's hostname when listening on all).
 	AdvertiseURL string `mapstructure:"advertise_url"`
+	// GCHeadroomMiB lets the Go heap grow this far past its live data before a collection
+	// (never less than Go's own 2 x live; 0: Go's default; the GOGC variable overrides it).
+	GCHeadroomMiB int `mapstructure:"gc_headroom_mib"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -84,6 +87,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "", "serve Go pprof profiles over HTTPS (the API's certificate) on this loopback HOST:PORT (debugging; empty: off)")
 		case "advertise-url":
 			fs.String(n, "", "this replica's own https://HOST:PORT for the other replicas, which relay terminal sessions it holds to it (default: the listen address; the hostname when listening on all addresses)")
+		case "gc-headroom-mib":
+			fs.Int(n, 48, "let the heap grow this many MiB past its live data before a garbage collection (at least Go's own 2x live): a small heap under load collects far less often; 0 = Go's default; a GOGC variable overrides it")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -159,6 +164,9 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 		if err := checkAdvertiseURL(c.AdvertiseURL); err != nil {
 			return err
 		}
+	}
+	if fs.Lookup("gc-headroom-mib") != nil && (c.GCHeadroomMiB < 0 || c.GCHeadroomMiB > 4096) {
+		return fmt.Errorf("--gc-headroom-mib must be 0 (Go's default) to 4096")
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/api"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
+	"github.com/gpuaas/gpuaas/internal/gctune"
 	"github.com/gpuaas/gpuaas/internal/pgserver"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -112,6 +113,10 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	res, err := Init(cfg)
 	if err != nil {
 		return fmt.Errorf("pki.Init: %w", err)
+	}
+	if tu := gctune.Start(uint64(cfg.GCHeadroomMiB)<<20, nil); tu != nil {
+		defer tu.Stop()
+		log.Debug("garbage collection headroom", "mib", cfg.GCHeadroomMiB)
 	}
 	if len(res.Created) > 0 {
 		log.Info("initialized state directory", "dir", cfg.StateDir, "created", res.Created)

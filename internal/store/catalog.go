@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,13 +133,11 @@ func (s *Store) ListImages(ctx context.Context, f ImageFilter) ([]apiv1.OSImage,
 		ORDER BY slug`, f.Target, f.Family, f.Active, f.AcceleratorVendor, f.NetworkFabric)
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
 // imageWhere is the predicate finding an image by id or slug ($1): a UUID-shaped key is looked
 // up by primary key, anything else by slug, so both paths use an index. The API refuses
 // UUID-shaped slugs, so the two never collide.
 func imageWhere(idOrSlug string) string {
-	if uuidRE.MatchString(idOrSlug) {
+	if IsUUID(idOrSlug) {
 		return `id = $1::uuid`
 	}
 	return `slug = $1`

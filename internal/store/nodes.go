@@ -44,7 +44,7 @@ func (t *Tx) CreateNode(ctx context.Context, in apiv1.NodeCreate) (apiv1.Node, e
 // nodeWhere is the predicate finding a node by id or name ($1), index-friendly on both: a
 // UUID-shaped key may be either (node names are free-form), anything else only a name.
 func nodeWhere(idOrName, alias string) string {
-	if uuidRE.MatchString(idOrName) {
+	if IsUUID(idOrName) {
 		return "(" + alias + "id = $1::text::uuid OR " + alias + "name = $1::text)"
 	}
 	return alias + "name = $1"

@@ -164,13 +164,15 @@ var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
 	claimed AS (SELECT node_id, count(*) AS n FROM live GROUP BY node_id),
 	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status, s.capacity_shape, s.parent_slot_id,
 		         s.sharing_model, s.max_claims, s.compute_milli, s.pci_address, s.nvme_device, s.mac_address, s.private_ip,
-		         s.capacity_metadata, count(*) FILTER (WHERE s.status <> 'disabled')
-		         OVER (PARTITION BY s.node_id, s.capacity_metadata->>'fabric_vf_pci_address') AS vf_slots
+		         s.capacity_metadata
 		FROM node_resource_slots s WHERE s.node_id IN (SELECT id FROM placeable)),
+	shared_vf AS MATERIALIZED (SELECT s.node_id, s.capacity_metadata->>'fabric_vf_pci_address' AS vf FROM slots s
+		WHERE s.status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1),
 	ns AS (SELECT n.id AS node_id, s.id, s.slot_index, s.numa_node, coalesce(cl.n, 0) AS claimed,
 	              coalesce(`+slotOK+`
 	                AND `+storageOK+` AND `+fabricShape+`
-	                AND s.vf_slots = 1 -- no other enabled slot of the node has the VF
+	                AND NOT EXISTS (SELECT 1 FROM shared_vf v -- no other enabled slot of the node has the VF
+	                                  WHERE v.node_id = s.node_id AND v.vf = s.capacity_metadata->>'fabric_vf_pci_address')
 	                AND NOT EXISTS (SELECT 1 FROM live WHERE live.node_id = s.node_id AND live.fabric_vf_pci_address <> ''
 	                                  AND live.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'), false) AS candidate
 		FROM placeable n JOIN slots s ON s.node_id = n.id LEFT JOIN claimed cl ON cl.node_id = n.id
