@@ -161,25 +161,18 @@ var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
 		WHERE NOT n.draining AND `+nodeOK+`),
 	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_live_node
 		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
-	claimed AS (SELECT node_id, count(*) AS n FROM live GROUP BY node_id),
-	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status, s.capacity_shape, s.parent_slot_id,
-		         s.sharing_model, s.max_claims, s.compute_milli, s.pci_address, s.nvme_device, s.mac_address, s.private_ip,
-		         s.capacity_metadata
-		FROM node_resource_slots s WHERE s.node_id IN (SELECT id FROM placeable)),
-	shared_vf AS MATERIALIZED (SELECT s.node_id, s.capacity_metadata->>'fabric_vf_pci_address' AS vf FROM slots s
-		WHERE s.status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1),
-	ns AS (SELECT n.id AS node_id, s.id, s.slot_index, s.numa_node, coalesce(cl.n, 0) AS claimed,
-	              coalesce(`+slotOK+`
-	                AND `+storageOK+` AND `+fabricShape+`
-	                AND NOT EXISTS (SELECT 1 FROM shared_vf v -- no other enabled slot of the node has the VF
-	                                  WHERE v.node_id = s.node_id AND v.vf = s.capacity_metadata->>'fabric_vf_pci_address')
-	                AND NOT EXISTS (SELECT 1 FROM live WHERE live.node_id = s.node_id AND live.fabric_vf_pci_address <> ''
-	                                  AND live.fabric_vf_pci_address = s.capacity_metadata->>'fabric_vf_pci_address'), false) AS candidate
-		FROM placeable n JOIN slots s ON s.node_id = n.id LEFT JOIN claimed cl ON cl.node_id = n.id
-		WHERE s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled')
-	SELECT w.id::text, w.available_slots, w.name, ns.id::text, ns.slot_index, coalesce(ns.numa_node, -1), ns.claimed, ns.candidate
-	FROM win w LEFT JOIN ns ON ns.node_id = w.id
-	ORDER BY w.available_slots, w.name, ns.slot_index`, probeFence, "OFFSET 0")
+	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status,
+		         s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled' AS slice,
+		         s.capacity_metadata->>'fabric_vf_pci_address' AS vf,
+		         coalesce(`+slotOK+` AND `+storageOK+` AND `+fabricShape+`, false) AS ok
+		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id),
+	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
+		UNION ALL SELECT node_id, fabric_vf_pci_address FROM live WHERE fabric_vf_pci_address <> ''),
+	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n FROM live GROUP BY node_id)
+	SELECT w.id::text, w.available_slots, w.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
+	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf)
+	FROM win w LEFT JOIN slots s ON s.node_id = w.id AND s.slice LEFT JOIN claimed cl ON cl.node_id = w.id
+	ORDER BY w.available_slots, w.name, s.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
