@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
@@ -31,19 +33,21 @@ type world struct {
 	pub    ed25519.PublicKey
 	node   apiv1.Node
 	tenant alloc.Actor
+	dbURL  string
 }
 
 func setup(t *testing.T, cfg dispatch.Config) *world {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	url := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	w := &world{t: t, ctx: ctx, st: st, svc: alloc.New(st, alloc.Config{}), pub: pub}
+	w := &world{t: t, ctx: ctx, st: st, svc: alloc.New(st, alloc.Config{}), pub: pub, dbURL: url}
 	w.d = dispatch.New(st, w.svc, priv, nil, cfg)
 	var tn apiv1.Tenant
 	err = st.InTx(ctx, func(tx *store.Tx) error {
@@ -661,4 +665,40 @@ func TestReplicaWakeupsArePaced(t *testing.T) {
 	if gap := at.Sub(start); gap < every { // a lower bound: a slow machine only makes it later
 		t.Fatalf("second NOTIFY came %v after the first was asked for, want >= %v", gap, every)
 	}
+}
+
+// The running dispatcher brings the best-fit hint (nodes.available_slots) up to date after
+// allocations take and give back slots: reservations never write the node row themselves.
+func TestCapacityHintFollowsAllocations(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, w.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	waitHint := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second) // a guard against a hang, not a timing assertion
+		var got int
+		for time.Now().Before(deadline) {
+			if err := conn.QueryRow(ctx, `SELECT available_slots FROM nodes WHERE id = $1`, w.node.ID).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got == want {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("hint %d, want %d", got, want)
+	}
+	waitHint(8) // the applied slot map set it at once
+	go w.d.Run(ctx)
+	a := w.allocate(4)
+	waitHint(4)
+	if _, err := w.svc.Release(w.ctx, w.tenant, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitHint(8)
 }
