@@ -79,6 +79,46 @@ func (f *inFlight) order(choices []sched.Choice, cands []store.CandidateSlot) []
 	return append(clear, held...)
 }
 
+// claim holds, for a choice about to be locked, as many of its alternates as it needs that
+// nobody here holds, its own slots first, and returns them with every unheld alternate (what
+// the lock may take instead). It checks and holds at once, so two requests of this replica
+// that rank the same choice at the same moment lock disjoint slots of its NUMA groups instead
+// of racing for the same ones (order alone only sees locks already taken). When too few are
+// free it holds nothing and returns nil: the caller locks the choice as ranked (a holder may
+// yet fail). unclaim gives back what claim held.
+func (f *inFlight) claim(ch sched.Choice, alts []string) (picked, free []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.slots == nil {
+		f.slots = map[string]int{}
+	}
+	for _, id := range alts {
+		if f.slots[id] == 0 {
+			free = append(free, id)
+		}
+	}
+	if len(free) < len(ch.SlotIDs) {
+		return nil, nil
+	}
+	for _, id := range ch.SlotIDs {
+		if f.slots[id] == 0 && slices.Contains(free, id) {
+			picked = append(picked, id)
+		}
+	}
+	for _, id := range free {
+		if len(picked) == len(ch.SlotIDs) {
+			break
+		}
+		if !slices.Contains(picked, id) {
+			picked = append(picked, id)
+		}
+	}
+	for _, id := range picked {
+		f.slots[id]++
+	}
+	return picked, free
+}
+
 // alternates is the slots lockChoice may lock for a choice: the free candidate slots of the
 // same node and NUMA groups (a full-host choice, or one without enough of them, has only its
 // own). cands may be every candidate or only the choice's node's.

@@ -357,7 +357,17 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 			// (SKIP LOCKED: nobody waits on them) until this transaction ends. The insert
 			// carries its own savepoint in its round trip.
 			err := func() error {
-				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch, cands)
+				// The slots to lock, held here first so this replica's concurrent requests
+				// leave them alone; given back once the lock's outcome is known.
+				alts := alternates(ch, cands)
+				preferred, free := s.inflight.claim(ch, alts)
+				if preferred != nil {
+					defer s.inflight.release(preferred)
+					alts = free
+				} else {
+					preferred = ch.SlotIDs
+				}
+				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch.NodeID, preferred, alts)
 				if err != nil {
 					return err
 				}
@@ -477,16 +487,16 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 	return out, err
 }
 
-// lockChoice locks a choice's slots, or equivalent ones: free candidate slots of the same node
-// and the same NUMA groups, when concurrent requests hold some of the chosen ones (a full-host
-// choice has no equivalents). It returns the claims and the slots' ids and indexes, or
-// errLostRace.
-func lockChoice(ctx context.Context, sp *store.Tx, ch sched.Choice, cands []store.CandidateSlot) ([]store.NewClaim, []string, []int, error) {
-	locked, err := sp.LockAvailableSlots(ctx, ch.NodeID, ch.SlotIDs, alternates(ch, cands), len(ch.SlotIDs))
+// lockChoice locks len(preferred) slots of a node: the preferred ones, or equivalent ones from
+// alts (free candidate slots of the same node and NUMA groups: see alternates and
+// inFlight.claim) when concurrent requests hold some of them (a full-host choice has no
+// equivalents). It returns the claims and the slots' ids and indexes, or errLostRace.
+func lockChoice(ctx context.Context, sp *store.Tx, nodeID string, preferred, alts []string) ([]store.NewClaim, []string, []int, error) {
+	locked, err := sp.LockAvailableSlots(ctx, nodeID, preferred, alts, len(preferred))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if len(locked) != len(ch.SlotIDs) {
+	if len(locked) != len(preferred) {
 		return nil, nil, nil, errLostRace
 	}
 	slices.SortFunc(locked, func(a, b store.LockedSlot) int { return a.SlotIndex - b.SlotIndex })
