@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // PlacementQuery selects candidates for one request.
@@ -236,30 +237,37 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 		return win, translate(err)
 	}
 	defer rows.Close()
+	// Value types, not pointers, for the nullable columns: 64 rows a window, and a pointer per
+	// column per row was most of this reader's allocations.
+	var (
+		node, name pgtype.Text
+		avail      int
+		slotID     pgtype.Text
+		slotIndex  pgtype.Int4
+		numa       pgtype.Int4
+		claimed    pgtype.Int8
+		candidate  pgtype.Bool
+	)
 	for rows.Next() {
-		var node, name string
-		var avail int
-		var slotID *string
-		var slotIndex, numa, claimed *int
-		var candidate *bool
 		if err := rows.Scan(&node, &avail, &name, &slotID, &slotIndex, &numa, &claimed, &candidate); err != nil {
 			return win, translate(err)
 		}
-		nt, seen := win.Topology[node]
+		nt, seen := win.Topology[node.String]
 		if !seen {
 			nt = NodeTopology{GroupSize: map[int]int{}}
-			win.NodeIDs = append(win.NodeIDs, node)
-			win.Next = WindowKey{Available: avail, Name: name}
+			win.NodeIDs = append(win.NodeIDs, node.String)
+			win.Next = WindowKey{Available: avail, Name: name.String}
 		}
-		if slotID != nil && slotIndex != nil && numa != nil && claimed != nil && candidate != nil {
-			nt.GroupSize[*numa]++
+		if slotID.Valid && slotIndex.Valid && numa.Valid && claimed.Valid && candidate.Valid {
+			nt.GroupSize[int(numa.Int32)]++
 			nt.ApprovedSlots++
-			nt.ClaimedSlots = *claimed
-			if *candidate {
-				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node, NodeName: name, SlotID: *slotID, SlotIndex: *slotIndex, NUMANode: *numa})
+			nt.ClaimedSlots = int(claimed.Int64)
+			if candidate.Bool {
+				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node.String, NodeName: name.String,
+					SlotID: slotID.String, SlotIndex: int(slotIndex.Int32), NUMANode: int(numa.Int32)})
 			}
 		}
-		win.Topology[node] = nt
+		win.Topology[node.String] = nt
 	}
 	if err := rows.Err(); err != nil {
 		return win, translate(err)
