@@ -227,12 +227,24 @@ func TestFailedProvisionFailsTheAllocation(t *testing.T) {
 	w := setup(t, dispatch.Config{})
 	a := w.allocate(1)
 	env := w.poll(time.Second)
-	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "failed", Error: "image_digest_verify: sha256 mismatch"}); err != nil {
+	phases := []task.Phase{{Name: "image_fetch", StartedAt: time.Now().UTC().Truncate(time.Millisecond), DurationMS: 12, Status: "ok"},
+		{Name: "image_digest_verify", StartedAt: time.Now().UTC().Truncate(time.Millisecond), DurationMS: 3, Status: "failed", Error: "sha256 mismatch"}}
+	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "failed", Error: "image_digest_verify: sha256 mismatch", Phases: phases}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := w.svc.Get(w.ctx, alloc.Actor{Role: "admin"}, a.ID)
 	if got.Status != "failed" || !strings.Contains(got.FailureReason, "sha256 mismatch") {
 		t.Fatalf("allocation = %s %q", got.Status, got.FailureReason)
+	}
+	// The allocation's view of its task: state, attempt, error and the host's phases.
+	if len(got.Tasks) != 1 {
+		t.Fatalf("allocation tasks = %+v, want the provisioning task", got.Tasks)
+	}
+	tv := got.Tasks[0]
+	if tv.ID != env.TaskID || tv.Type != string(task.TypeVMProvision) || tv.Status != "failed" || tv.Attempt != 1 ||
+		!strings.Contains(tv.Error, "sha256 mismatch") || tv.CreatedAt.IsZero() || len(tv.Phases) != 2 ||
+		tv.Phases[1].Name != "image_digest_verify" || tv.Phases[1].Status != "failed" || tv.Phases[0].DurationMS != 12 {
+		t.Fatalf("allocation's task view = %+v", tv)
 	}
 	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
 	if slots[0].Status != "failed" {

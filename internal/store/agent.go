@@ -68,13 +68,20 @@ func scanTask(r pgx.Row, t *TaskRecord) error {
 		&t.NotAfter, &t.LeaseExpiresAt, rawJSON(&t.Output), &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt); err != nil {
 		return err
 	}
-	t.Phases = []apiv1.TaskPhase{}
-	if len(phases) > 0 {
-		if err := json.Unmarshal(phases, &t.Phases); err != nil {
-			return fmt.Errorf("task %s phases: %w", t.ID, err)
+	var err error
+	t.Phases, err = decodePhases(t.ID, phases)
+	return err
+}
+
+// decodePhases decodes a task's phases column (empty for none).
+func decodePhases(taskID string, b []byte) ([]apiv1.TaskPhase, error) {
+	phases := []apiv1.TaskPhase{}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &phases); err != nil {
+			return nil, fmt.Errorf("task %s phases: %w", taskID, err)
 		}
 	}
-	return nil
+	return phases, nil
 }
 
 // NewTask is a task to queue.

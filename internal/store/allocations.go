@@ -64,10 +64,14 @@ func (s *Store) GetAllocationWithTasks(ctx context.Context, id, tenantID string)
 	return rec, tasks, err
 }
 
-// allocTasksSQL reads an allocation's host tasks, newest first ($1: the allocation id).
-const allocTasksSQL = `SELECT ` + taskColumns + ` FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`
+// allocTasksSQL reads an allocation's host tasks, newest first ($1: the allocation id), as
+// the allocation's view shows them: not their payloads (a provisioning plan is 2 KiB of JSON,
+// stored compressed) or outputs, which only hosts and the dispatcher read.
+const allocTasksSQL = `SELECT id::text, type, status, attempt, phases, error, created_at
+	FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`
 
-// readTasks reads the result of allocTasksSQL queued in a batch.
+// readTasks reads the result of allocTasksSQL queued in a batch: the tasks' ids, types,
+// states, attempts, phases, errors and creation times.
 func readTasks(br pgx.BatchResults) ([]TaskRecord, error) {
 	rows, err := br.Query()
 	if err != nil {
@@ -77,8 +81,12 @@ func readTasks(br pgx.BatchResults) ([]TaskRecord, error) {
 	var tasks []TaskRecord
 	for rows.Next() {
 		var tr TaskRecord
-		if err := scanTask(rows, &tr); err != nil {
+		var phases []byte
+		if err := rows.Scan(&tr.ID, &tr.Type, &tr.Status, &tr.Attempt, &phases, &tr.Error, &tr.CreatedAt); err != nil {
 			return nil, translate(err)
+		}
+		if tr.Phases, err = decodePhases(tr.ID, phases); err != nil {
+			return nil, err
 		}
 		tasks = append(tasks, tr)
 	}
