@@ -327,6 +327,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		}
 		return s.reserveBaremetal(ctx, tx, actor, r, na)
 	}
+	// A slice's insert is its transaction's last statement (Create commits right after
+	// reserve returns): it carries the COMMIT, saving a round trip.
+	na.Commit = true
 	if errors.Is(imgErr, store.ErrNotFound) {
 		msg := "no active vm_slice image with a digest is compatible with " + r.sku.SKU
 		if req.Image != "" {

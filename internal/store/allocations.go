@@ -269,7 +269,8 @@ func (t *Tx) MarkProvisioning(ctx context.Context, ids []string) (map[string]str
 // CancelRequested releases an allocation that never reached its host, in one round trip:
 // requested -> released in one update (releasing_at = released_at), its slots back to available, its claims released, an
 // allocation.released outbox event and the audit record; it returns the allocation and its
-// tasks as written.
+// tasks as written. It also commits the transaction in the same round trip: it must be the
+// transaction's last statement (a statement after it fails).
 func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) (AllocationRecord, []TaskRecord, error) {
 	payload, err := json.Marshal(map[string]any{"allocation_id": id, "cancelled_before_provisioning": true})
 	if err != nil {
@@ -297,7 +298,7 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 	b.Queue(allocByIDSQL, id)
 	b.Queue(claimsSQL, id)
 	b.Queue(allocTasksSQL, uuidArg(id))
-	return t.writeReadBack(ctx, b, writes, true)
+	return t.writeReadBack(ctx, b, writes, true, true)
 }
 
 // SetClaimsStatus moves every non-final claim of an allocation.

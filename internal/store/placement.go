@@ -516,6 +516,9 @@ type NewAllocation struct {
 	// its allocation.requested outbox event is written already dispatched and linked to it,
 	// so nothing waits for the outbox worker between commit and the host.
 	Task *NewTask
+	// Commit commits the transaction in the insert's own round trip: set it only when the
+	// insert is the transaction's last statement (a statement after it fails).
+	Commit bool
 }
 
 // NewClaim is one claim row.
@@ -595,8 +598,11 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 		batch.Queue(allocTasksSQL, uuidArg(id))
 	}
 	batch.Queue(`RELEASE SAVEPOINT gpuaas_insert`)
-	rec, tasks, err := t.writeReadBack(ctx, batch, writes, a.Task != nil)
+	rec, tasks, err := t.writeReadBack(ctx, batch, writes, a.Task != nil, a.Commit)
 	if err != nil {
+		if t.tx.committed { // the COMMIT itself failed: the transaction is gone
+			return AllocationRecord{}, nil, err
+		}
 		// Undo this attempt only: the caller's transaction stays usable (next choice).
 		if _, rerr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT gpuaas_insert`); rerr != nil {
 			return AllocationRecord{}, nil, errors.Join(err, translate(rerr))
@@ -644,8 +650,11 @@ func queueClaims(batch *pgx.Batch, allocID string, claims []NewClaim) []string {
 
 // writeReadBack runs a batch of writes statements followed by allocByIDSQL, claimsSQL and,
 // when withTasks, allocTasksSQL (then whatever else was queued, e.g. RELEASE SAVEPOINT), and
-// returns what was read back.
-func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, withTasks bool) (AllocationRecord, []TaskRecord, error) {
+// returns what was read back. With commit the batch also commits the transaction (see
+// txConn.queueCommit): the caller's last statement, nothing may run in the transaction after.
+func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, withTasks, commit bool) (AllocationRecord, []TaskRecord, error) {
+	queued := batch.Len()
+	committing := commit && t.tx.queueCommit(batch)
 	br := t.tx.SendBatch(ctx, batch)
 	defer br.Close()
 	for range writes {
@@ -657,11 +666,26 @@ func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, wi
 	if err != nil {
 		return rec, nil, err
 	}
+	read := writes + 2
 	var tasks []TaskRecord
 	if withTasks {
 		if tasks, err = readTasks(br); err != nil {
 			return rec, nil, err
 		}
+		read++
+	}
+	if !committing {
+		return rec, tasks, translate(br.Close())
+	}
+	for ; read < queued; read++ {
+		if _, err := br.Exec(); err != nil {
+			return rec, nil, translate(err)
+		}
+	}
+	_, err = br.Exec() // COMMIT: it ran, so the transaction is over whatever it answered
+	t.tx.committedBy()
+	if err != nil {
+		return rec, nil, translate(err)
 	}
 	return rec, tasks, translate(br.Close())
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,11 +17,22 @@ import (
 type txConn struct {
 	conn *pgx.Conn // nil once begun elsewhere (a savepoint's txConn)
 	tx   pgx.Tx    // nil until begun
+	// nested marks a savepoint's txConn: it cannot commit the transaction (queueCommit).
+	nested bool
+	// committed: a COMMIT queued by queueCommit has run, so the transaction is over and
+	// nothing more may run in it (a statement would otherwise run on its own, outside it).
+	committed bool
 }
+
+// errCommitted is what a statement gets after the transaction was committed with a batch.
+var errCommitted = errors.New("store: the transaction is already committed (its last write carried the COMMIT)")
 
 var _ querier = (*txConn)(nil)
 
 func (t *txConn) begin(ctx context.Context) error {
+	if t.committed {
+		return errCommitted
+	}
 	if t.tx != nil {
 		return nil
 	}
@@ -56,6 +68,9 @@ func (t *txConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 // SendBatch sends b; before the transaction has begun, led by its BEGIN, whose result is
 // read here so the caller reads b's results only.
 func (t *txConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.committed {
+		return pgx.FailedBatchResults(b, errCommitted)
+	}
 	if t.tx != nil {
 		return t.tx.SendBatch(ctx, b)
 	}
@@ -80,13 +95,30 @@ func (t *txConn) savepoint(ctx context.Context) (*txConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &txConn{tx: sp}, nil
+	return &txConn{tx: sp, nested: true}, nil
 }
+
+// queueCommit appends COMMIT to b, the transaction's last batch, saving the commit's own
+// round trip (one per create and per release of a requested allocation), and reports whether
+// it did: a savepoint cannot commit its transaction. The caller reads b's results in order and
+// calls committedBy once COMMIT's result is read (it ran: whatever it returned, the
+// transaction is over). Should a statement before it fail, COMMIT does not run and the
+// transaction stays open, as without it.
+func (t *txConn) queueCommit(b *pgx.Batch) bool {
+	if t.nested || t.committed {
+		return false
+	}
+	b.Queue("COMMIT")
+	return true
+}
+
+// committedBy records that the COMMIT queueCommit queued has run.
+func (t *txConn) committedBy() { t.committed = true }
 
 // commit commits (a savepoint: releases it); a transaction that never began has nothing to
 // commit.
 func (t *txConn) commit(ctx context.Context) error {
-	if t.tx == nil {
+	if t.tx == nil || t.committed {
 		return nil
 	}
 	return t.tx.Commit(ctx)
@@ -94,7 +126,7 @@ func (t *txConn) commit(ctx context.Context) error {
 
 // rollback rolls back (a savepoint: to it); a no-op after commit or before any statement.
 func (t *txConn) rollback(ctx context.Context) error {
-	if t.tx == nil {
+	if t.tx == nil || t.committed {
 		return nil
 	}
 	return t.tx.Rollback(ctx)

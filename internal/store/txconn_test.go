@@ -166,3 +166,87 @@ func TestSavepointInALateBegunTransaction(t *testing.T) {
 		t.Fatalf("rows = %v (%v), want [2 3]: the rolled-back savepoint's row gone, the rest committed", vs, rows.Err())
 	}
 }
+
+// A transaction's last batch can carry its COMMIT (queueCommit): one round trip less, the rows
+// committed, nothing after it runs (a statement there would otherwise run on its own), and the
+// one connection serves the next transaction. Should a statement before the COMMIT fail, the
+// transaction stays open and rolls back as without it; a savepoint cannot carry one.
+func TestLastBatchCarriesTheCommit(t *testing.T) {
+	s, log := openTraced(t)
+	ctx := context.Background()
+	err := s.InTx(ctx, func(tx *Tx) error {
+		if err := tx.tx.SendBatch(ctx, insertBatch(1)).Close(); err != nil {
+			return err
+		}
+		b := insertBatch(2)
+		if !tx.tx.queueCommit(b) {
+			return errors.New("queueCommit refused a top-level transaction")
+		}
+		br := tx.tx.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil { // COMMIT
+			return err
+		}
+		tx.tx.committedBy()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if _, err := tx.tx.Exec(ctx, `INSERT INTO probe (v) VALUES (3)`); !errors.Is(err, errCommitted) {
+			return errors.New("a statement after the COMMIT ran: " + errString(err))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"begin | insert into probe (v) values ($1)", "insert into probe (v) values ($1) | commit"}
+	if got := log.Take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("round trips:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := probeRows(t, s); n != 2 {
+		t.Fatalf("committed rows = %d, want 2", n)
+	}
+
+	// A failure before the COMMIT: it does not run, the transaction rolls back.
+	err = s.InTx(ctx, func(tx *Tx) error {
+		b := insertBatch(4)
+		b.Queue(`SELECT 1/0`)
+		tx.tx.queueCommit(b)
+		return tx.tx.SendBatch(ctx, b).Close()
+	})
+	if err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("failed last batch = %v, want division by zero", err)
+	}
+	if n := probeRows(t, s); n != 2 {
+		t.Fatalf("rows = %d after a failed last batch, want still 2", n)
+	}
+	// A savepoint cannot commit its transaction.
+	err = s.InTx(ctx, func(tx *Tx) error {
+		sp, err := tx.tx.savepoint(ctx)
+		if err != nil {
+			return err
+		}
+		if sp.queueCommit(&pgx.Batch{}) {
+			return errors.New("a savepoint queued a COMMIT")
+		}
+		return sp.commit(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, func(tx *Tx) error { return tx.tx.SendBatch(ctx, insertBatch(5)).Close() }); err != nil {
+		t.Fatal(err)
+	}
+	if n := probeRows(t, s); n != 3 {
+		t.Fatalf("rows = %d, want 3", n)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
+}
