@@ -101,7 +101,7 @@ func (f *inFlight) claim(ch sched.Choice, alts []string) (picked, free []string)
 		return nil, nil
 	}
 	for _, id := range ch.SlotIDs {
-		if f.slots[id] == 0 && slices.Contains(free, id) {
+		if slices.Contains(free, id) {
 			picked = append(picked, id)
 		}
 	}
