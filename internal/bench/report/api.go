@@ -17,18 +17,20 @@ import (
 // apiSuite is issue 9 items 1 and 2: allocation throughput and latency through the HTTPS API
 // beside the raw-SQL reference, on two fleet sizes, and the double-booking check.
 type apiSuite struct {
-	Fleets       []int             `json:"fleets"`
-	Clients      []int             `json:"clients"`
-	SecondsEach  int               `json:"seconds_each"`
-	Results      []apibench.Result `json:"results"`
-	DoubleBooked int               `json:"double_booked_slots"`
-	PGVersion    string            `json:"postgres_version"`
+	Fleets  []int `json:"fleets"`
+	Clients []int `json:"clients"`
+	// Rounds is how many times each (fleet, clients) pair of api and pgbench runs alternates at
+	// 1 and 16 clients, RunSeconds long each; WideRounds and WideRunSeconds are the same at 64
+	// clients. Targets use the median of the rounds' ratios.
+	Rounds         int               `json:"rounds"`
+	RunSeconds     float64           `json:"run_seconds"`
+	WideRounds     int               `json:"wide_rounds"`
+	WideRunSeconds float64           `json:"wide_run_seconds"`
+	Results        []apibench.Result `json:"results"`
+	DoubleBooked   int               `json:"double_booked_slots"`
+	PGVersion      string            `json:"postgres_version"`
 	// Wakeup is the wake-up measure's runs, alternating on and off (Notes says which).
-	Wakeup []apibench.Result `json:"wakeup,omitempty"`
-	// Rounds is how many times each (fleet, clients) pair of api and pgbench runs alternates
-	// (at 1 and 16 clients; 64 run once); each run is SecondsEach/Rounds long. Targets use
-	// the median of the rounds' ratios.
-	Rounds int                `json:"rounds"`
+	Wakeup []apibench.Result  `json:"wakeup,omitempty"`
 	Extra  map[string]float64 `json:"extra,omitempty"`
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
 	// (pg_stat_statements), by kind, with the pairs they completed.
@@ -41,9 +43,17 @@ type statementRun struct {
 }
 
 func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*apiSuite, error) {
-	s := &apiSuite{Fleets: []int{500, 5000}, Clients: []int{1, 16, 64}, SecondsEach: 15}
+	// Rows are measured in interleaved rounds: api, pgbench, api, pgbench... This machine's
+	// rates and latencies drift by 15-20% between runs tens of seconds apart, for pgbench as
+	// much as for the API, so one long api run beside one long pgbench run settles nothing;
+	// the ratio within each round, taken a few seconds apart, is what the targets use, and
+	// their median over five rounds (three swung a verdict by up to 10 points between runs
+	// minutes apart). 64 clients run longer rounds: pgbench's 64 connections in a run of a few
+	// seconds measured a fifth to a tenth below their steady rate (start-up lock queues),
+	// which would flatter the API.
+	s := &apiSuite{Fleets: []int{500, 5000}, Clients: []int{1, 16, 64}, Rounds: 5, RunSeconds: 5, WideRounds: 2, WideRunSeconds: 15}
 	if quick {
-		s.Fleets, s.SecondsEach = []int{500}, 5
+		s.Fleets, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds = []int{500}, 2, 2.5, 1, 5
 	}
 	env, err := benchenv.Start(ctx, benchenv.Options{Dir: filepath.Join(work, "api"), BinDir: bin, Pprof: profile, Statements: true})
 	if err != nil {
@@ -53,15 +63,6 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	if err := env.DB.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&s.PGVersion); err != nil {
 		return nil, err
 	}
-	// Rows are measured in interleaved rounds: api, pgbench, api, pgbench... This machine's
-	// rates and latencies drift by 15-20% between runs tens of seconds apart, for pgbench as
-	// much as for the API, so one long api run beside one long pgbench run settles nothing;
-	// the ratio within each round, taken a few seconds apart, is what the targets use.
-	s.Rounds = 3
-	if quick {
-		s.Rounds = 2
-	}
-	d := time.Duration(s.SecondsEach) * time.Second
 	have := 0
 	for _, fleet := range s.Fleets {
 		fmt.Printf("api: seeding %d nodes x 8 slots...\n", fleet)
@@ -80,7 +81,8 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 		for _, c := range s.Clients {
-			for round := 0; round < s.roundsFor(c); round++ {
+			rounds, each := s.plan(c)
+			for round := 0; round < rounds; round++ {
 				for _, kind := range []string{"api", "pgbench"} {
 					if err := env.Heartbeat(ctx); err != nil {
 						return nil, err
@@ -100,17 +102,17 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 						if profile && c == 16 && round == 0 {
 							prof = make(chan error, 1)
 							go func() {
-								prof <- saveProfile(ctx, env, d/time.Duration(s.roundsFor(c))-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
+								prof <- saveProfile(ctx, env, each-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
 							}()
 						}
-						r, err = apibench.API(ctx, env, fleet, c, d/time.Duration(s.roundsFor(c)))
+						r, err = apibench.API(ctx, env, fleet, c, each)
 						if prof != nil {
 							if perr := <-prof; perr != nil {
 								fmt.Println("api: profile:", perr)
 							}
 						}
 					} else {
-						r, err = apibench.Pgbench(ctx, env, fleet, c, d/time.Duration(s.roundsFor(c)))
+						r, err = apibench.Pgbench(ctx, env, fleet, c, each)
 					}
 					if err != nil {
 						return nil, fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
@@ -145,7 +147,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	fleet := s.Fleets[len(s.Fleets)-1]
 	wakeRounds, wakeLen := 3, 8*time.Second
 	if quick {
-		wakeRounds, wakeLen = 1, d
+		wakeRounds, wakeLen = 1, 5*time.Second
 	}
 	for round := 0; round < wakeRounds; round++ {
 		for _, on := range []bool{true, false} {
@@ -202,7 +204,7 @@ func verdict(ok bool) string {
 
 func (s *apiSuite) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d s of each kind, in %d interleaved rounds at 1 and 16 clients (api, pgbench, api, ...; 64 clients run once: pgbench's 64 connections need the whole run to reach a steady rate): the machine drifts between runs, so targets use each round's ratio and their median. **api**: N workers, each with its own HTTPS connection and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.SecondsEach, s.Rounds)
+	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d interleaved rounds of %g s of each kind at 1 and 16 clients (api, pgbench, api, ...) and %d of %g s at 64 clients (pgbench's 64 connections need longer to reach a steady rate): the machine drifts between runs, so targets use each round's ratio and their median. **api**: N workers, each with its own HTTPS connection and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds)
 	b.WriteString("| nodes | clients | round | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Results {
 		errs, _ := json.Marshal(r.Errors)
@@ -223,12 +225,11 @@ func (s *apiSuite) markdown() string {
 		if r.Kind == "pgbench" {
 			gen, ctl = c["pgbench"], "-"
 		}
-		total := c["controller"] + c["postgres"] + gen
 		vs := "-"
-		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round).CPUPerPairMS; r.Kind == "api" && p != nil {
-			vs = fmt.Sprintf("%.1fx", ratio(total, p["postgres"]+p["pgbench"]))
+		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round); r.Kind == "api" && p.CPUPerPairMS != nil {
+			vs = fmt.Sprintf("%.1fx", ratio(totalCPU(r), totalCPU(p)))
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, total, vs, r.WALPerPairKiB)
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, totalCPU(r), vs, r.WALPerPairKiB)
 	}
 	for _, kind := range []string{"api", "pgbench"} {
 		run, ok := s.Statements[kind]
@@ -246,8 +247,9 @@ func (s *apiSuite) markdown() string {
 		for _, c := range []int{16, 64} {
 			qs := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(a.PairsPerSec, p.PairsPerSec) })
 			q := median(qs)
-			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.0f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s.\n",
-				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5))
+			cpu := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(totalCPU(a), totalCPU(p)) })
+			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.0f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s. CPU per pair %.2fx the raw script's (median; rounds %s).\n",
+				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5), median(cpu), ratioList(cpu))
 		}
 		qs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.PairP50ms, p.PairP50ms) })
 		q := median(qs)
@@ -276,20 +278,29 @@ func (s *apiSuite) markdown() string {
 	return b.String()
 }
 
-// roundsFor is how many interleaved rounds a client count runs in. 64 clients run once, for
-// the whole time: pgbench's 64 connections in a run of a few seconds measured a tenth of its
-// steady rate (start-up lock queues), which would flatter the API.
-func (s *apiSuite) roundsFor(clients int) int {
-	if clients > 16 {
-		return 1
+// totalCPU is a run's CPU per pair over every process it measured (see apibench.Result).
+func totalCPU(r apibench.Result) float64 {
+	var t float64
+	for _, v := range r.CPUPerPairMS {
+		t += v
 	}
-	return s.Rounds
+	return t
+}
+
+// plan is how many interleaved rounds a client count runs and how long each run is (see
+// runAPI: more clients, fewer and longer rounds).
+func (s *apiSuite) plan(clients int) (rounds int, each time.Duration) {
+	if clients > 16 {
+		return s.WideRounds, time.Duration(s.WideRunSeconds * float64(time.Second))
+	}
+	return s.Rounds, time.Duration(s.RunSeconds * float64(time.Second))
 }
 
 // roundRatios is f(api run, pgbench run) for each round of (fleet, clients).
 func (s *apiSuite) roundRatios(fleet, clients int, f func(a, p apibench.Result) float64) []float64 {
 	var out []float64
-	for round := 1; round <= s.roundsFor(clients); round++ {
+	rounds, _ := s.plan(clients)
+	for round := 1; round <= rounds; round++ {
 		a, p := s.find("api", fleet, clients, round), s.find("pgbench", fleet, clients, round)
 		if a.Pairs > 0 && p.Pairs > 0 {
 			out = append(out, f(a, p))
@@ -301,7 +312,8 @@ func (s *apiSuite) roundRatios(fleet, clients int, f func(a, p apibench.Result) 
 // medianRate is the API's median rate over the rounds of (fleet, clients).
 func (s *apiSuite) medianRate(fleet, clients int) float64 {
 	var rs []float64
-	for round := 1; round <= s.roundsFor(clients); round++ {
+	rounds, _ := s.plan(clients)
+	for round := 1; round <= rounds; round++ {
 		rs = append(rs, s.find("api", fleet, clients, round).PairsPerSec)
 	}
 	return median(rs)
