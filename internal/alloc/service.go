@@ -252,8 +252,14 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	var allocID string
 	var written store.AllocationRecord
 	var writtenTasks []store.TaskRecord
-	var held []string // slots this request's transaction has locked (s.inflight)
-	defer func() { s.inflight.release(held) }()
+	var held txSlots // what this request's transaction has locked and reserved (s.inflight)
+	committed := false
+	defer func() {
+		s.inflight.release(held.locked)
+		if committed {
+			s.inflight.committed(held.reserved, time.Now())
+		}
+	}()
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
 		if idemKey != "" {
 			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
@@ -284,6 +290,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks, &held)
 		return err
 	})
+	committed = err == nil
 	if err != nil {
 		// Two requests racing with one idempotency key: the loser replays the winner.
 		if idemKey != "" && isIdempotencyConflict(err) {
@@ -311,7 +318,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 // with the allocation and its provisioning task as written (so Create answers without
 // reading them again).
 func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, look store.CreateLookup,
-	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord, held *[]string) (string, error) {
+	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord, held *txSlots) (string, error) {
 	img, imgErr := look.Image, look.ImageErr
 	profile, err := ResolveProfile(r.sku, r.gpus, req.Profile)
 	if err != nil {
@@ -347,12 +354,30 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 
 	var id string
 	attempts, lost := 0, 0
-	outcome, err := s.placeSlice(ctx, tx, r, look, func(out sched.Outcome, cands []store.CandidateSlot) (bool, error) {
+	outcome, err := s.placeSlice(ctx, tx, r, look, func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error) {
 		// The best choice first; after a lost race the rest of its tier in random order, so
 		// concurrent requests scatter instead of convoying down the same list. Choices that
 		// need slots another request of this replica has locked go last (s.inflight).
-		for _, ch := range s.inflight.order(sched.SpreadTies(out.Choices, rand.IntN), cands) {
+		for _, ch := range s.inflight.order(sched.SpreadTies(out.Choices, rand.IntN), cands, since) {
+			// The slots to lock, held here first so this replica's concurrent requests leave
+			// them alone; given back once the lock's outcome is known. When this replica's
+			// other requests hold too many of them, a lock would lose (or take what another
+			// request has just claimed, which then loses): the next choice, no round trip.
+			// Only the whole fleet's ranking, the last resort, locks such a choice as ranked
+			// (a holder may yet fail).
+			alts := alternates(ch, cands)
+			preferred, free := s.inflight.claim(ch, alts, since)
+			claimed := preferred != nil
+			if !claimed {
+				if !final {
+					continue
+				}
+				preferred, free = ch.SlotIDs, alts
+			}
 			if attempts >= s.cfg.MaxAttempts {
+				if claimed {
+					s.inflight.release(preferred)
+				}
 				return true, nil
 			}
 			attempts++
@@ -360,23 +385,18 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 			// (SKIP LOCKED: nobody waits on them) until this transaction ends. The insert
 			// carries its own savepoint in its round trip.
 			err := func() error {
-				// The slots to lock, held here first so this replica's concurrent requests
-				// leave them alone; given back once the lock's outcome is known.
-				alts := alternates(ch, cands)
-				preferred, free := s.inflight.claim(ch, alts)
-				if preferred != nil {
+				if claimed {
 					defer s.inflight.release(preferred)
-					alts = free
-				} else {
-					preferred = ch.SlotIDs
 				}
-				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch.NodeID, preferred, alts)
+				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch.NodeID, preferred, free)
+				// Locked until this transaction ends, whatever happens next: a lost race's
+				// few locked slots too, or this replica's other requests would rank them as
+				// free and lose their own race for them (SKIP LOCKED passes them by).
+				s.inflight.hold(slotIDs)
+				held.locked = append(held.locked, slotIDs...)
 				if err != nil {
 					return err
 				}
-				// Locked until this transaction ends, whatever happens next.
-				s.inflight.hold(slotIDs)
-				*held = append(*held, slotIDs...)
 				na.NodeID = ch.NodeID
 				na.UsageSnapshot = usage(r, price, ch.NodeID, slotIDs)
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
@@ -388,6 +408,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 					}
 				}
 				*written, *writtenTasks, err = tx.InsertAllocationRecord(ctx, na, claims)
+				if err == nil {
+					held.reserved = slotIDs
+				}
 				id = written.ID
 				return err
 			}()
@@ -418,6 +441,13 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 }
 
 var errLostRace = errors.New("lost slot lock race")
+
+// txSlots is what a create's transaction has locked (held in s.inflight until it ends: its
+// reservation and any slots a lost race left locked) and what it reserved (remembered there
+// once it commits, see inFlight.committed).
+type txSlots struct {
+	locked, reserved []string
+}
 
 // planOf is the dispatch plan of an allocation about to be written: what the dispatcher
 // would read back for it (claims' device snapshots by slot index).
@@ -450,7 +480,7 @@ const (
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
 // non-empty ranking to try until try reports done (a reservation made, or an error). It
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
-func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(sched.Outcome, []store.CandidateSlot) (bool, error)) (sched.Outcome, error) {
+func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	var after *store.WindowKey
 	for w := 0; w < windowsBeforeFullScan; w++ {
@@ -469,7 +499,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 		}
 		out := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(win.Candidates, win.Topology))
 		if out.Settled() {
-			if done, err := try(out, win.Candidates); done || err != nil {
+			if done, err := try(out, win.Candidates, win.SentAt, false); done || err != nil {
 				return out, err
 			}
 		}
@@ -478,6 +508,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 		}
 		after = &win.Next
 	}
+	sent := time.Now()
 	cands, err := tx.SliceCandidates(ctx, q)
 	if err != nil {
 		return sched.Outcome{}, err
@@ -486,7 +517,7 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 	if err != nil || len(out.Choices) == 0 {
 		return out, err
 	}
-	_, err = try(out, cands)
+	_, err = try(out, cands, sent, true)
 	return out, err
 }
 
@@ -499,9 +530,6 @@ func lockChoice(ctx context.Context, sp *store.Tx, nodeID string, preferred, alt
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if len(locked) != len(preferred) {
-		return nil, nil, nil, errLostRace
-	}
 	slices.SortFunc(locked, func(a, b store.LockedSlot) int { return a.SlotIndex - b.SlotIndex })
 	claims := make([]store.NewClaim, 0, len(locked))
 	ids := make([]string, 0, len(locked))
@@ -510,6 +538,9 @@ func lockChoice(ctx context.Context, sp *store.Tx, nodeID string, preferred, alt
 		claims = append(claims, store.NewClaim{Kind: "slot", NodeID: l.NodeID, SlotID: l.ID, FabricVF: l.FabricVF, Snapshot: l.Snapshot})
 		ids = append(ids, l.ID)
 		idx = append(idx, l.SlotIndex)
+	}
+	if len(locked) != len(preferred) {
+		return nil, ids, nil, errLostRace // ids: what it did lock, held until the transaction ends
 	}
 	return claims, ids, idx, nil
 }

@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
@@ -82,6 +83,48 @@ func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
 		t.Fatalf("placed on %s %v, want subst [2 3]", node, idx)
 	}
 	b.invariants()
+}
+
+// A lock that finds too few of its slots free (a concurrent reservation holds one) loses the
+// race but reports the slots it did lock: they stay locked until its transaction ends, and
+// the caller holds them in inFlight so this replica's other requests do not rank them as free.
+func TestLostRaceReportsWhatItLocked(t *testing.T) {
+	b := setup(t)
+	n := b.addNode("lost", 91, withSlots(0, 1, 2, 3))
+	slots, err := b.st.ListSlots(b.ctx, n.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(slots))
+	for i, s := range slots {
+		ids[i] = s.ID
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.st.InTx(b.ctx, func(tx *store.Tx) error {
+			if _, err := tx.SlotStatus(b.ctx, slots[0].ID); err != nil { // a concurrent scheduler holds slot 0
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	var locked []string
+	var lost bool
+	b.tx(func(tx *store.Tx) error {
+		locked, lost, err = alloc.LockChoiceForTest(b.ctx, tx, n.ID, ids, ids)
+		return err
+	})
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !lost || len(locked) != 3 || slices.Contains(locked, slots[0].ID) {
+		t.Fatalf("lock of 4 slots with slot 0 held: lost %v, locked %v; want lost with the other 3 locked", lost, locked)
+	}
 }
 
 // Create answers from what its transaction wrote; that answer is exactly what a read returns.

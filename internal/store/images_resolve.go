@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -85,6 +86,7 @@ func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string, first *Win
 	if first != nil {
 		first.queue(b)
 	}
+	sent := time.Now()
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	if err := translate(scanSKU(br.QueryRow(), &out.SKU)); err != nil {
@@ -93,6 +95,7 @@ func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string, first *Win
 	out.Image, out.ImageErr = scanResolvedImage(br.QueryRow())
 	if first != nil {
 		w, err := first.read(br)
+		w.SentAt = sent
 		out.Window, out.WindowFor, out.WindowErr = &w, *first, err
 	}
 	return out, translate(br.Close())

@@ -182,6 +182,9 @@ type Window struct {
 	Next       WindowKey
 	Candidates []CandidateSlot
 	Topology   map[string]NodeTopology
+	// SentAt is when the window's statement was sent: a reservation whose commit returned
+	// after it may not show here (its slots read as free).
+	SentAt time.Time
 }
 
 // SliceWindow reads a best-fit window, its candidates and their topology in one round trip:
@@ -195,9 +198,12 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 	b := &pgx.Batch{}
 	w := WindowRequest{Query: pq, GPUs: gpus, After: after, Limit: limit}
 	w.queue(b)
+	sent := time.Now()
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
-	return w.read(br)
+	win, err := w.read(br)
+	win.SentAt = sent
+	return win, err
 }
 
 // WindowRequest is SliceWindow's arguments, for callers that read a window in the same round
