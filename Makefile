@@ -92,7 +92,7 @@ lab-faults: deps
 		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
 
 # bench measures issue 9's targets side by side in one run (these machines are noisy: only
-# ratios within a run are stable) and writes bench/report.md + JSON + plots; about 8 minutes on 2 cores (BENCH_ARGS=--seeds=1: about 7).
+# ratios within a run are stable) and writes bench/report.md + JSON + plots; about 14 minutes on 2 cores (BENCH_ARGS=--seeds=1: about 12).
 # BENCH_ARGS=--profile also saves controller CPU profiles.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...
