@@ -88,8 +88,9 @@ func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
 	release()
 	_, idx = b.placed(b.mustCreate(4))
 	eqIdx(t, idx, 0, 1, 2, 3)
-	// With every group held, the create still tries them (a holder may yet fail): here
-	// nothing is really locked, so it succeeds on the best choice. n1 is full by now.
+	// With every group held, the windows skip them, and the fleet-wide ranking, the last
+	// resort, still tries them (a holder may yet fail): here nothing is really locked, so it
+	// succeeds on the best choice. n1 is full by now.
 	n2 := b.addNode("n2", 2)
 	slots, err = b.st.ListSlots(b.ctx, n2.ID)
 	if err != nil {
