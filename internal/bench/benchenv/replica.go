@@ -41,6 +41,16 @@ func (e *Env) Replica(ctx context.Context, binDir, dir string, extra ...string) 
 	return r, nil
 }
 
+// Through is e as seen through replica r's controller: the same database, pools and tenant,
+// with r's process and address, so a run measured through it counts r's CPU. Stop the view
+// with r.StopController (Stop on it would stop e's database too).
+func (e *Env) Through(r *Env) *Env {
+	v := *e
+	v.ctl, v.exited, v.logFile = r.ctl, r.exited, r.logFile
+	v.Server, v.CAFile, v.PprofAddr = r.Server, r.CAFile, r.PprofAddr
+	return &v
+}
+
 // Addr is the controller's host:port (from its https:// URL).
 func (e *Env) Addr() string { return strings.TrimPrefix(e.Server, "https://") }
 
