@@ -42,16 +42,17 @@ type recentSlot struct {
 // windows are read inside it), so no window that could have missed the commit outlives it.
 const recentFor = 10 * time.Second
 
-// committed gives back slots hold recorded once their transaction has committed at, and
-// remembers them as reserved for windows sent before then.
-func (f *inFlight) committed(ids []string, at time.Time) {
+// committed gives back the slots hold recorded for a transaction that committed at and, in
+// the same step (no other request may claim them in between as free), remembers those it
+// reserved as taken for windows sent before then.
+func (f *inFlight) committed(locked, reserved []string, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.releaseLocked(ids)
+	f.releaseLocked(locked)
 	if f.recent == nil {
 		f.recent = map[string]time.Time{}
 	}
-	for _, id := range ids {
+	for _, id := range reserved {
 		f.recent[id] = at
 		f.byAge = append(f.byAge, recentSlot{id, at})
 	}

@@ -57,7 +57,7 @@ func TestCommittedSlotsStayTakenForOlderWindows(t *testing.T) {
 		t.Fatalf("claim = %v, want [s0 s1]", picked)
 	}
 	commit := before.Add(time.Millisecond)
-	f.committed(picked, commit)
+	f.committed(picked, picked, commit)
 	if f.slots["s0"] != 0 || f.slots["s1"] != 0 {
 		t.Fatalf("committed slots still held as in progress: %v", f.slots)
 	}
@@ -90,7 +90,7 @@ func TestCommittedSlotsStayTakenForOlderWindows(t *testing.T) {
 		t.Fatal("rolled-back slots count as taken")
 	}
 	// Commits older than recentFor are forgotten when the next one is recorded.
-	f.committed([]string{"s3"}, commit.Add(recentFor+time.Second))
+	f.committed(nil, []string{"s3"}, commit.Add(recentFor+time.Second))
 	if f.taken("s0", before) || len(f.recent) != 1 || len(f.byAge) != 1 {
 		t.Fatalf("after recentFor: s0 taken %v, recent %v, queue %v; want only s3 remembered", f.taken("s0", before), f.recent, f.byAge)
 	}

@@ -255,9 +255,10 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	var held txSlots // what this request's transaction has locked and reserved (s.inflight)
 	committed := false
 	defer func() {
-		s.inflight.release(held.locked)
 		if committed {
-			s.inflight.committed(held.reserved, time.Now())
+			s.inflight.committed(held.locked, held.reserved, time.Now())
+		} else {
+			s.inflight.release(held.locked)
 		}
 	}()
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
