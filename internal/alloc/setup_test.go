@@ -80,6 +80,38 @@ func (b *testBundle) tx(fn func(*store.Tx) error) {
 	}
 }
 
+// lockElsewhere locks slots in another transaction (a concurrent scheduler's lock) until
+// the returned function ends that transaction, failing the test if it failed.
+func (b *testBundle) lockElsewhere(slotIDs ...string) (release func()) {
+	b.t.Helper()
+	held, end := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.st.InTx(b.ctx, func(tx *store.Tx) error {
+			for _, id := range slotIDs {
+				if _, err := tx.SlotStatus(b.ctx, id); err != nil {
+					return err
+				}
+			}
+			close(held)
+			<-end
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		b.t.Fatalf("locking %v elsewhere: %v", slotIDs, err)
+	}
+	return func() {
+		b.t.Helper()
+		close(end)
+		if err := <-done; err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
+
 type nodeOpt func(*apiv1.NodeCreate, []apiv1.SlotSpec) []apiv1.SlotSpec
 
 // addNode registers an H200 host with its eight-slot map (host number picks unique identities).

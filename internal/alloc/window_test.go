@@ -56,28 +56,11 @@ func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- b.st.InTx(b.ctx, func(tx *store.Tx) error {
-			for _, s := range slots[:2] { // a concurrent scheduler holds slots 0 and 1
-				if _, err := tx.SlotStatus(b.ctx, s.ID); err != nil {
-					return err
-				}
-			}
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	release := b.lockElsewhere(slots[0].ID, slots[1].ID) // a concurrent scheduler holds slots 0 and 1
 	a, err := b.create(b.tenant, "h200-sxm-slice", 2)
-	close(release)
+	release()
 	if err != nil {
 		t.Fatalf("2 GPUs with 2 of 4 group slots locked: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 	if node, idx := b.placed(a); node != "subst" || fmt.Sprint(idx) != "[2 3]" {
 		t.Fatalf("placed on %s %v, want subst [2 3]", node, idx)
@@ -99,29 +82,14 @@ func TestLostRaceReportsWhatItLocked(t *testing.T) {
 	for i, s := range slots {
 		ids[i] = s.ID
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- b.st.InTx(b.ctx, func(tx *store.Tx) error {
-			if _, err := tx.SlotStatus(b.ctx, slots[0].ID); err != nil { // a concurrent scheduler holds slot 0
-				return err
-			}
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	release := b.lockElsewhere(slots[0].ID) // a concurrent scheduler holds slot 0
 	var locked []string
 	var lost bool
 	b.tx(func(tx *store.Tx) error {
 		locked, lost, err = alloc.LockChoiceForTest(b.ctx, tx, n.ID, ids, ids)
 		return err
 	})
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if !lost || len(locked) != 3 || slices.Contains(locked, slots[0].ID) {
 		t.Fatalf("lock of 4 slots with slot 0 held: lost %v, locked %v; want lost with the other 3 locked", lost, locked)
 	}
