@@ -30,7 +30,10 @@ func tmuxStart(ts *testscript.TestScript, neg bool, args []string) {
 		tmuxArgs = append(tmuxArgs, "-e", k+"="+ts.Getenv(k))
 	}
 	tmuxArgs = append(tmuxArgs, "-e", "TERM=xterm-256color", "-e", "NO_COLOR=",
-		"gpuaasctl "+strings.Join(args[1:], " ")+"; echo TUI-EXIT=$?; sleep 600")
+		// The exit marker goes on a line of its own after CAN (0x18), which ends any escape
+		// sequence the program's last bytes left open: a raw SSH stream's binary key exchange
+		// once swallowed the marker's first letter.
+		"gpuaasctl "+strings.Join(args[1:], " ")+"; s=$?; printf '\030\n'; echo TUI-EXIT=$s; sleep 600")
 	if out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", tmuxArgs...); err != nil {
 		ts.Fatalf("tmux new-session: %v %s", err, out)
 	}
