@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +31,8 @@ type apiSuite struct {
 	Results        []apibench.Result `json:"results"`
 	DoubleBooked   int               `json:"double_booked_slots"`
 	PGVersion      string            `json:"postgres_version"`
-	// Wakeup is the wake-up measure's runs, alternating on and off (Notes says which).
+	// Wakeup is the wake-up measure's runs, the replicas taking turns (Notes names the
+	// replica: a wakeArms name).
 	Wakeup []apibench.Result  `json:"wakeup,omitempty"`
 	Extra  map[string]float64 `json:"extra,omitempty"`
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
@@ -102,56 +104,52 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			}
 		}
 	}
-	// The wake-up path's cost: the same 16-client run through two fresh controller replicas on
-	// the same database, started together, one with its NOTIFY to other replicas turned off
-	// (polls on a replica itself are woken in process either way), taking turns in rounds, the
-	// order flipped every round (on, off; off, on; ...), so drift falls on both sides. No
-	// restart between runs: restarting the controller before each run, as this measure used to,
-	// spread its rounds over 40 points. Both replicas are new so neither has the other's
-	// history (the first controller ran every row above; against a fresh one it read 4 of 5
-	// rounds faster with the path on).
+	// The wake-up path's cost: the same 16-client run through three fresh controller replicas
+	// on the same database, started together: one with its NOTIFY to other replicas on, two
+	// with it off (polls on a replica itself are woken in process either way). They take
+	// turns in rounds, the order rotated and reversed every round, so each sits in each place
+	// equally often and drift falls on all three. The second "off" replica is an A/A control:
+	// it differs from the first in nothing, so what it reads against it is the measure's own
+	// noise. No restarts between runs (restarting before each run spread the rounds over 40
+	// points), and all three are new, so none has another's history.
 	fleet := s.Fleets[len(s.Fleets)-1]
 	env := envs[fleet]
-	wakeRounds, wakeLen := 5, 8*time.Second
+	wakeRounds, wakeLen := 8, 6*time.Second
 	if quick {
-		wakeRounds, wakeLen = 1, 5*time.Second
+		wakeRounds, wakeLen = 1, 4*time.Second
 	}
 	env.StopController()
-	views := map[bool]*benchenv.Env{}
-	for _, on := range []bool{true, false} {
-		rep, err := env.Replica(ctx, bin, filepath.Join(work, fmt.Sprintf("api-wakeups-%t", on)), fmt.Sprintf("--replica-wakeups=%t", on))
+	views := map[string]*benchenv.Env{}
+	for _, a := range wakeArms {
+		rep, err := env.Replica(ctx, bin, filepath.Join(work, "api-wakeups-"+a.name), "--replica-wakeups="+strconv.FormatBool(a.on))
 		if err != nil {
 			return nil, fmt.Errorf("wake-up: replica: %w", err)
 		}
 		defer rep.StopController()
-		views[on] = env.Through(rep)
+		views[a.name] = env.Through(rep)
 	}
-	for _, on := range []bool{true, false} { // each replica's pools and plan caches
+	for _, a := range wakeArms { // each replica's pools and plan caches
 		if err := apibench.Cleanup(ctx, env); err != nil {
 			return nil, err
 		}
-		if _, err := apibench.API(ctx, views[on], fleet, 4, time.Second); err != nil {
+		if _, err := apibench.API(ctx, views[a.name], fleet, 4, time.Second); err != nil {
 			return nil, fmt.Errorf("wake-up warm-up: %w", err)
 		}
 	}
 	for round := 0; round < wakeRounds; round++ {
-		order := []bool{true, false}
-		if round%2 == 1 {
-			order = []bool{false, true}
-		}
-		for _, on := range order {
+		for _, a := range wakeOrder(round) {
 			if err := env.Heartbeat(ctx); err != nil {
 				return nil, err
 			}
 			if err := apibench.Cleanup(ctx, env); err != nil {
 				return nil, err
 			}
-			r, err := apibench.API(ctx, views[on], fleet, 16, wakeLen)
+			r, err := apibench.API(ctx, views[a.name], fleet, 16, wakeLen)
 			if err != nil {
-				return nil, fmt.Errorf("wake-ups on=%t: %w", on, err)
+				return nil, fmt.Errorf("wake-ups %s: %w", a.name, err)
 			}
-			r.Round, r.Notes = round+1, fmt.Sprintf("controller --replica-wakeups=%t", on)
-			fmt.Printf("api: wake-up round %d: on=%t %.1f pairs/s (%d nodes, 16 clients)\n", round+1, on, r.PairsPerSec, fleet)
+			r.Round, r.Notes = round+1, a.name
+			fmt.Printf("api: wake-up round %d: %s %.1f pairs/s (%d nodes, 16 clients)\n", round+1, a.name, r.PairsPerSec, fleet)
 			s.Wakeup = append(s.Wakeup, r)
 		}
 	}
@@ -309,24 +307,7 @@ func (s *apiSuite) markdown() string {
 			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate, median of %d rounds (rounds %s) (target >= 80%%): %s.\n", c, big, q*100, small, len(qs), percentList(qs), verdict(q >= 0.8))
 		}
 	}
-	if len(s.Wakeup) >= 2 {
-		var costs, cpuCosts, genCosts, onRates, offRates []float64
-		for i := 0; i+1 < len(s.Wakeup); i += 2 {
-			on, off := s.Wakeup[i], s.Wakeup[i+1]
-			if strings.HasSuffix(on.Notes, "=false") {
-				on, off = off, on
-			}
-			costs = append(costs, 1-ratio(on.PairsPerSec, off.PairsPerSec))
-			cpuCosts = append(cpuCosts, ratio(totalCPU(on), totalCPU(off))-1)
-			// The load generator's own CPU per pair: the path cannot touch it, so when it moves
-			// with the rest, the machine moved, not the path.
-			genCosts = append(genCosts, ratio(on.CPUPerPairMS["client"], off.CPUPerPairMS["client"])-1)
-			onRates, offRates = append(onRates, on.PairsPerSec), append(offRates, off.PairsPerSec)
-		}
-		cost := median(costs)
-		fmt.Fprintf(&b, "- wake-up path (NOTIFY after each dispatch commit, for other replicas' long polls), %d alternating rounds of on and off (two fresh replicas on one database, started together, one with the path off, taking turns; the order flipped every round): %d clients on %d nodes ran %s pairs/s with it and %s without; median cost %.0f%% (rounds %s; target <= 10%%; negative means noise): %s. CPU per pair with it against without: median %+.0f%% (rounds %s); the load generator's own, which the path cannot touch (a control): median %+.0f%% (rounds %s).\n",
-			len(costs), s.Wakeup[0].Clients, s.Wakeup[0].Nodes, rateList(onRates), rateList(offRates), cost*100, percentList(costs), verdict(cost <= 0.10), median(cpuCosts)*100, percentList(cpuCosts), median(genCosts)*100, percentList(genCosts))
-	}
+	s.wakeupMarkdown(&b)
 	fmt.Fprintf(&b, "- double-booked slots after every run, checked in SQL (a slot with two live claims, or a live claim on an available slot): %d (target 0): %s.\n", s.DoubleBooked, verdict(s.DoubleBooked == 0))
 	return b.String()
 }
