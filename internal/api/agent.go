@@ -309,7 +309,19 @@ func (s *Server) FlushHeartbeats(ctx context.Context) error {
 	}
 	s.hb.pending = map[string]store.HeartbeatRecord{}
 	s.hb.mu.Unlock()
-	return s.store.RecordHeartbeats(ctx, batch)
+	err := s.store.RecordHeartbeats(ctx, batch)
+	if err != nil {
+		// Not written: back into the buffer for the next flush, unless the node has sent a
+		// newer heartbeat since.
+		s.hb.mu.Lock()
+		for _, h := range batch {
+			if _, newer := s.hb.pending[h.NodeID]; !newer {
+				s.hb.pending[h.NodeID] = h
+			}
+		}
+		s.hb.mu.Unlock()
+	}
+	return err
 }
 
 // RunBackground runs the API's background work until ctx ends: the heartbeat flusher, the

@@ -168,6 +168,15 @@ func TestAgentEndpointsSecurityMatrix(t *testing.T) {
 	if code, _ := call(t, httpClient(t, caFile, &ocert), "GET", srv.URL+"/api/v1/agent/tasks?wait=0s", "", nil); code == 200 || code == 204 {
 		t.Fatalf("foreign-CA certificate accepted: %d", code)
 	}
+	// A flush that fails writes nothing and loses nothing: the next one writes it.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := apiSrv.FlushHeartbeats(cancelled); err == nil {
+		t.Fatal("a flush with its context cancelled succeeded")
+	}
+	if code, body := call(t, plain, "GET", srv.URL+"/api/v1/admin/nodes/n1", admin, nil); code != 200 || strings.Contains(string(body), `"last_heartbeat"`) {
+		t.Fatalf("node after a failed flush = %d %s, want no heartbeat yet", code, body)
+	}
 	// Heartbeat recorded on the node (buffered, then written in one batched statement).
 	if err := apiSrv.FlushHeartbeats(context.Background()); err != nil {
 		t.Fatal(err)

@@ -201,9 +201,15 @@ func (s *Store) RecordHeartbeats(ctx context.Context, hbs []HeartbeatRecord) err
 			fws[i] = &fw
 		}
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE nodes n SET last_heartbeat_at = h.at, agent_facts = h.facts::jsonb,
+	// The rows are locked in id order first (lockNodesInOrder) so this flush and a hint
+	// refresh that share nodes cannot deadlock.
+	_, err := s.pool.Exec(ctx, `WITH h AS MATERIALIZED (SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS h(id, at, facts, fw)),
+		locked AS MATERIALIZED (SELECT n.id FROM nodes n JOIN h ON h.id = n.id
+			WHERE n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < h.at
+			`+lockNodesInOrder+`)
+		UPDATE nodes n SET last_heartbeat_at = h.at, agent_facts = h.facts::jsonb,
 			firmware_profile = coalesce(h.fw::jsonb, n.firmware_profile)
-		FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[]) AS h(id, at, facts, fw)
+		FROM h JOIN locked l ON l.id = h.id
 		WHERE n.id = h.id AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < h.at)`, ids, ats, facts, fws)
 	return translate(err)
 }

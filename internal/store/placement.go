@@ -116,13 +116,22 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 // availableSlotsOfN counts node n's available slots: the best-fit hint's value.
 const availableSlotsOfN = `(SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available')`
 
+// lockNodesInOrder ends a SELECT of nodes n that a statement updating many nodes runs first:
+// it locks the rows in id order. Every replica's heartbeat flush and hint refresh update
+// nodes many at a time, in the background; locked in whatever order a plan reads them, two
+// sharing two nodes can each hold one and wait for the other, and PostgreSQL breaks that
+// deadlock after a second by failing one (the flush's heartbeats, or the refresh, lost).
+const lockNodesInOrder = `ORDER BY n.id FOR NO KEY UPDATE OF n`
+
 // RefreshCapacity recounts the available slots of nodes whose slots changed since the last
-// refresh (the nodes_best_fit hint) and returns how many nodes it recounted.
+// refresh (the nodes_best_fit hint) and returns how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-		c AS (SELECT n.id, `+availableSlotsOfN+` AS free
-		      FROM nodes n WHERE n.id IN (SELECT node_id FROM d))
-		UPDATE nodes n SET available_slots = c.free FROM c WHERE n.id = c.id AND n.available_slots <> c.free`)
+		c AS MATERIALIZED (SELECT n.id, `+availableSlotsOfN+` AS free
+		      FROM nodes n WHERE n.id IN (SELECT node_id FROM d)),
+		locked AS MATERIALIZED (SELECT n.id, c.free FROM nodes n JOIN c ON c.id = n.id
+		      WHERE n.available_slots <> c.free `+lockNodesInOrder+`)
+		UPDATE nodes n SET available_slots = l.free FROM locked l WHERE n.id = l.id`)
 	if err != nil {
 		return 0, translate(err)
 	}

@@ -296,9 +296,12 @@ func (e *Env) AddNodes(ctx context.Context, n int) ([]string, error) {
 	return ids, e.Heartbeat(ctx)
 }
 
-// Heartbeat marks every node as heard from now (the scheduler skips silent nodes).
+// Heartbeat marks every node as heard from now (the scheduler skips silent nodes). It locks
+// the rows in id order, as the controller's own many-node updates do: a plain UPDATE of every
+// node locks them in table order and deadlocked once with a replica's hint refresh.
 func (e *Env) Heartbeat(ctx context.Context) error {
-	return e.Exec(ctx, `UPDATE nodes SET last_heartbeat_at = now()`)
+	return e.Exec(ctx, `WITH l AS MATERIALIZED (SELECT id FROM nodes ORDER BY id FOR NO KEY UPDATE)
+		UPDATE nodes n SET last_heartbeat_at = now() FROM l WHERE n.id = l.id`)
 }
 
 // Exec runs one SQL statement.
