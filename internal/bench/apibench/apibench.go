@@ -47,6 +47,11 @@ type Result struct {
 	CPUPerPairMS map[string]float64 `json:"cpu_per_pair_ms,omitempty"`
 	// WALPerPairKiB is the WAL PostgreSQL wrote per completed pair, full-page images included.
 	WALPerPairKiB float64 `json:"wal_per_pair_kib,omitempty"`
+	// OtherCPUPerPairMS is the machine's busy CPU the run did not measure (benchenv.CPU: the
+	// other fleet's database and controller, unattributed kernel work), per pair; IdleShare is
+	// the share of the machine's CPU time that was idle during the run.
+	OtherCPUPerPairMS float64 `json:"other_cpu_per_pair_ms"`
+	IdleShare         float64 `json:"idle_share"`
 	Notes         string  `json:"notes,omitempty"` //
 }
 
@@ -131,11 +136,22 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	res.Pairs = len(pairs)
 	used := cpu1.Sub(cpu0)
 	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"controller": used.Controller, "postgres": used.Postgres, "client": used.Self})
+	res.OtherCPUPerPairMS, res.IdleShare = machineRest(res.Pairs, used, used.Controller+used.Postgres+used.Self)
 	res.WALPerPairKiB = walPerPair(res.Pairs, wal1-wal0)
 	res.PairsPerSec = float64(len(pairs)) / res.Seconds
 	res.PairP50ms, res.PairP99ms = benchenv.Percentile(pairs, 50), benchenv.Percentile(pairs, 99)
 	res.CreateP50ms, res.CreateP99ms = benchenv.Percentile(creates, 50), benchenv.Percentile(creates, 99)
 	return res, nil
+}
+
+// machineRest is the machine's busy CPU beyond measured, per pair in milliseconds, and its
+// idle share, over used (0, 0 when no pair completed or /proc/stat moved by nothing).
+func machineRest(pairs int, used benchenv.CPU, measured time.Duration) (otherMS, idle float64) {
+	total := used.Busy + used.Idle
+	if pairs == 0 || total <= 0 {
+		return 0, 0
+	}
+	return float64((used.Busy - measured).Microseconds()) / 1000 / float64(pairs), float64(used.Idle) / float64(total)
 }
 
 // walPerPair is WAL bytes per pair in KiB (0 when no pair completed).
@@ -267,7 +283,9 @@ func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.
 	res.PairP50ms, res.PairP99ms = benchenv.Percentile(lat, 50), benchenv.Percentile(lat, 99)
 	// The reserve transaction alone is about half the pair (two transactions of similar size);
 	// pgbench logs whole scripts, so create latency is not reported separately.
-	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"postgres": cpu1.Sub(cpu0).Postgres, "pgbench": client})
+	used := cpu1.Sub(cpu0)
+	res.CPUPerPairMS = perPair(res.Pairs, map[string]time.Duration{"postgres": used.Postgres, "pgbench": client})
+	res.OtherCPUPerPairMS, res.IdleShare = machineRest(res.Pairs, used, used.Postgres+client)
 	res.WALPerPairKiB = walPerPair(res.Pairs, wal1-wal0)
 	res.Notes = "latency per script (reserve + release transactions)"
 	if res.Pairs == 0 {

@@ -17,11 +17,45 @@ type CPU struct {
 	Controller time.Duration // the gpuaas-controller process
 	Postgres   time.Duration // the postmaster, its live backends and every backend that exited
 	Self       time.Duration // this process (the API load generator's clients)
+	// Busy and Idle are the whole machine's CPU time, every core: busy (user, nice, system,
+	// irq, softirq) and idle (idle, iowait), from /proc/stat. Busy less the parts above is what
+	// a run does not measure: the other fleet's database and controller, the kernel's work
+	// charged to no process, anything else running here.
+	Busy, Idle time.Duration
 }
 
 // Sub is c - o, component by component.
 func (c CPU) Sub(o CPU) CPU {
-	return CPU{Controller: c.Controller - o.Controller, Postgres: c.Postgres - o.Postgres, Self: c.Self - o.Self}
+	return CPU{Controller: c.Controller - o.Controller, Postgres: c.Postgres - o.Postgres, Self: c.Self - o.Self,
+		Busy: c.Busy - o.Busy, Idle: c.Idle - o.Idle}
+}
+
+// MachineCPU reads the machine's busy and idle CPU time (all cores) from /proc/stat.
+func MachineCPU() (busy, idle time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	return ProcStatCPU(string(b))
+}
+
+// ProcStatCPU parses /proc/stat's first line ("cpu  user nice system idle iowait irq softirq
+// steal ...", USER_HZ ticks): busy is user+nice+system+irq+softirq, idle is idle+iowait
+// (steal is time the hypervisor gave elsewhere: neither).
+func ProcStatCPU(stat string) (busy, idle time.Duration, err error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: first line %.60q", line)
+	}
+	var v [7]int64
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+		}
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * clockTick }
+	return tick(v[0] + v[1] + v[2] + v[5] + v[6]), tick(v[3] + v[4]), nil
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat times (100 on every Linux architecture Go
@@ -47,6 +81,9 @@ func (e *Env) CPUNow() (CPU, error) {
 		return c, err
 	}
 	c.Self = RusageCPU(&ru)
+	if c.Busy, c.Idle, err = MachineCPU(); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 

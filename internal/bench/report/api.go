@@ -257,8 +257,8 @@ func (s *apiSuite) markdown() string {
 		}
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
 	}
-	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows. WAL: KiB of WAL written per pair (PostgreSQL's insert position before and after the run), full-page images included: what the pair's commits wait to flush.\n\n")
-	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw | WAL KiB |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows. WAL: KiB of WAL written per pair (PostgreSQL's insert position before and after the run), full-page images included: what the pair's commits wait to flush. Unmeasured: the machine's busy CPU (/proc/stat) beyond the run's own processes, per pair: the other fleet's database and controller (their background work after the previous run), kernel work charged to no process. Idle: the share of the machine's CPU time nothing used.\n\n")
+	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw | WAL KiB | unmeasured | idle |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.CPUPerPairMS == nil {
 			continue
@@ -272,7 +272,7 @@ func (s *apiSuite) markdown() string {
 		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round); r.Kind == "api" && p.CPUPerPairMS != nil {
 			vs = fmt.Sprintf("%.1fx", ratio(totalCPU(r), totalCPU(p)))
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, totalCPU(r), vs, r.WALPerPairKiB)
+		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f | %.2f | %.0f%% |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, totalCPU(r), vs, r.WALPerPairKiB, r.OtherCPUPerPairMS, r.IdleShare*100)
 	}
 	for _, kind := range []string{"api", "pgbench"} {
 		run, ok := s.Statements[kind]
