@@ -11,8 +11,8 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// windowBuffers runs the placement window's candidate statement under EXPLAIN (ANALYZE,
-// BUFFERS) with the generic plan production uses, and returns the candidates it found and the
+// windowBuffers runs the placement window's candidate statement (a 1-GPU request's first
+// window) under EXPLAIN (ANALYZE, BUFFERS) with the generic plan production uses, and returns the candidates it found and the
 // buffers it touched.
 func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 	t.Helper()
@@ -26,8 +26,9 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 		t.Fatal(err)
 	}
 	var plan []byte
+	first := store.FirstWindowKey(1)
 	err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+store.WindowSQL,
-		"h200-sxm-slice", "", "", 0.0, 1, -1, "", 8).Scan(&plan)
+		"h200-sxm-slice", "", "", 0.0, 1, first.Available, first.Name, 8).Scan(&plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,5 +143,51 @@ func TestWindowCostIgnoresOtherNodesClaims(t *testing.T) {
 	// claims for each slot is many hundreds.
 	if buffers > 150 {
 		t.Fatalf("the candidate statement touched %d buffers for one node's 8 slots with 192 live claims elsewhere: it scans other nodes' claims", buffers)
+	}
+}
+
+// Nor may the nodes ahead of the window in best-fit order (the full ones, usually most of a
+// busy fleet): the window starts at the request's size in the index, and finds its nodes by
+// id, even where the tables have no statistics yet: a fleet just onboarded before
+// autovacuum's first ANALYZE, or a database just upgraded (pg_upgrade carries no statistics
+// over). Without them the planner found each window node by scanning the best-fit index from
+// its start, running the node checks on every node it passed: the window's cost grew with
+// the full nodes ahead of it.
+func TestWindowCostIgnoresFullNodes(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	for i := range 40 {
+		addNode(t, st, fmt.Sprintf("stat-%02d", i), 100+i)
+	}
+	conn := refreshAndConnect(t, st, url)
+	_, before := windowBuffers(t, conn)
+	// 32 nodes full: the window (nodes with a free slot) now starts after them.
+	if _, err := conn.Exec(ctx, `UPDATE nodes SET available_slots = 0 WHERE name < 'stat-32'`); err != nil {
+		t.Fatal(err)
+	}
+	var analyzed bool
+	if err := conn.QueryRow(ctx, `SELECT last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL
+		FROM pg_stat_user_tables WHERE relname = 'nodes'`).Scan(&analyzed); err != nil || analyzed {
+		t.Fatalf("nodes analyzed %v, %v: this test is about a table without statistics", analyzed, err)
+	}
+	rows, after := windowBuffers(t, conn)
+	if rows != 64 {
+		t.Fatalf("the window finds %d candidate slots, want the 8 free nodes' 64", rows)
+	}
+	if after > before+40 {
+		t.Fatalf("the window touched %d buffers with 32 full nodes ahead of it, %d with none: it reads the nodes it skips", after, before)
+	}
+	// And the best-fit index: 6,000 more full nodes ahead of the window (bare rows: only the
+	// hint and the index see them) must not be walked either.
+	if _, err := conn.Exec(ctx, `INSERT INTO nodes (name, region, slice_sku, available_slots, last_heartbeat_at)
+		SELECT 'full-' || i, 'lab', 'h200-sxm-slice', 0, now() FROM generate_series(1, 6000) i`); err != nil {
+		t.Fatal(err)
+	}
+	rows, busy := windowBuffers(t, conn)
+	if rows != 64 {
+		t.Fatalf("with 6,000 full nodes the window finds %d candidate slots, want 64", rows)
+	}
+	if busy > after+40 { // a deeper primary-key index costs ~20; walking 6,000 entries ~80
+		t.Fatalf("the window touched %d buffers with 6,000 more full nodes ahead of it, %d without: it walks their index entries", busy, after)
 	}
 }

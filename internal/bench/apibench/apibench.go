@@ -52,7 +52,7 @@ type Result struct {
 	// the share of the machine's CPU time that was idle during the run.
 	OtherCPUPerPairMS float64 `json:"other_cpu_per_pair_ms"`
 	IdleShare         float64 `json:"idle_share"`
-	Notes         string  `json:"notes,omitempty"` //
+	Notes             string  `json:"notes,omitempty"` //
 }
 
 // API runs clients workers, each with its own HTTPS connection, creating and releasing
