@@ -72,10 +72,7 @@ func TestConcurrentCreates(t *testing.T) {
 func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
 	b := setup(t)
 	n := b.addNode("n1", 1)
-	slots, err := b.st.ListSlots(b.ctx, n.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slots := b.slots(n.ID)
 	var group0 []string
 	for _, s := range slots {
 		if s.SlotIndex < 4 {
@@ -92,10 +89,7 @@ func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
 	// resort, still tries them (a holder may yet fail): here nothing is really locked, so it
 	// succeeds on the best choice. n1 is full by now.
 	n2 := b.addNode("n2", 2)
-	slots, err = b.st.ListSlots(b.ctx, n2.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slots = b.slots(n2.ID)
 	var all []string
 	for _, s := range slots {
 		all = append(all, s.ID)

@@ -195,6 +195,16 @@ func (b *testBundle) mustCreate(gpus int) apiv1.Allocation {
 	return a
 }
 
+// slots lists a node's slots, failing the test if it cannot.
+func (b *testBundle) slots(nodeID string) []apiv1.Slot {
+	b.t.Helper()
+	slots, err := b.st.ListSlots(b.ctx, nodeID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return slots
+}
+
 // placed returns the node and sorted slot indexes of an allocation, as an admin sees them.
 func (b *testBundle) placed(a apiv1.Allocation) (string, []int) {
 	b.t.Helper()

@@ -52,10 +52,7 @@ func TestWindowedPlacementMatchesBestFit(t *testing.T) {
 func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
 	b := setup(t)
 	n := b.addNode("subst", 90, withSlots(0, 1, 2, 3))
-	slots, err := b.st.ListSlots(b.ctx, n.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slots := b.slots(n.ID)
 	release := b.lockElsewhere(slots[0].ID, slots[1].ID) // a concurrent scheduler holds slots 0 and 1
 	a, err := b.create(b.tenant, "h200-sxm-slice", 2)
 	release()
@@ -74,10 +71,7 @@ func TestLostSlotsAreSubstitutedWithinTheGroup(t *testing.T) {
 func TestLostRaceReportsWhatItLocked(t *testing.T) {
 	b := setup(t)
 	n := b.addNode("lost", 91, withSlots(0, 1, 2, 3))
-	slots, err := b.st.ListSlots(b.ctx, n.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slots := b.slots(n.ID)
 	ids := make([]string, len(slots))
 	for i, s := range slots {
 		ids[i] = s.ID
@@ -86,6 +80,7 @@ func TestLostRaceReportsWhatItLocked(t *testing.T) {
 	var locked []string
 	var lost bool
 	b.tx(func(tx *store.Tx) error {
+		var err error
 		locked, lost, err = alloc.LockChoiceForTest(b.ctx, tx, n.ID, ids, ids)
 		return err
 	})

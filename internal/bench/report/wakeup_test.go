@@ -54,30 +54,27 @@ func wakeSuite(rates, gen [][3]float64) *apiSuite {
 	return s
 }
 
+// wakeLine is the wake-up line of three rounds that each ran at rate and load-generator CPU
+// per pair gen, per replica in wakeArms order.
+func wakeLine(rate, gen [3]float64) string {
+	var b strings.Builder
+	wakeSuite([][3]float64{rate, rate, rate}, [][3]float64{gen, gen, gen}).wakeupMarkdown(&b)
+	return b.String()
+}
+
 func TestWakeupVerdictUsesSpeedAdjustedCostAndControl(t *testing.T) {
+	same := [3]float64{0.5, 0.5, 0.5}
 	// The machine slows in the "on" runs (every process's CPU per pair up by a quarter, the
 	// rate down by a fifth): the raw cost reads 20%, the adjusted cost 0.
-	slowOn := wakeSuite([][3]float64{{240, 300, 300}, {240, 300, 300}, {240, 300, 300}},
-		[][3]float64{{0.625, 0.5, 0.5}, {0.625, 0.5, 0.5}, {0.625, 0.5, 0.5}})
-	var b strings.Builder
-	slowOn.wakeupMarkdown(&b)
-	if got := b.String(); !strings.Contains(got, "median cost 20% ") || !strings.Contains(got, "median cost 0.0% ") || !strings.Contains(got, ": met.") {
+	if got := wakeLine([3]float64{240, 300, 300}, [3]float64{0.625, 0.5, 0.5}); !strings.Contains(got, "median cost 20% ") || !strings.Contains(got, "median cost 0.0% ") || !strings.Contains(got, ": met.") {
 		t.Errorf("a slower machine in the on runs, not the path: want raw 20%%, adjusted 0.0%%, met; got\n%s", got)
 	}
 	// A real cost: the same machine speed, 15% fewer pairs with the path on.
-	costly := wakeSuite([][3]float64{{255, 300, 300}, {255, 300, 300}, {255, 300, 300}},
-		[][3]float64{{0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}})
-	b.Reset()
-	costly.wakeupMarkdown(&b)
-	if got := b.String(); !strings.Contains(got, "median cost 15.0% ") || !strings.Contains(got, "**not met**") {
+	if got := wakeLine([3]float64{255, 300, 300}, same); !strings.Contains(got, "median cost 15.0% ") || !strings.Contains(got, "**not met**") {
 		t.Errorf("a 15%% cost at the same speed: want adjusted 15.0%%, not met; got\n%s", got)
 	}
 	// No cost, but the A/A control reads 8% apart: the rounds cannot resolve the target.
-	noisy := wakeSuite([][3]float64{{300, 300, 276}, {300, 300, 276}, {300, 300, 276}},
-		[][3]float64{{0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}})
-	b.Reset()
-	noisy.wakeupMarkdown(&b)
-	if got := b.String(); !strings.Contains(got, "**not met**") || !strings.Contains(got, "8.0% adjusted") {
+	if got := wakeLine([3]float64{300, 300, 276}, same); !strings.Contains(got, "**not met**") || !strings.Contains(got, "8.0% adjusted") {
 		t.Errorf("a control 8%% off: want not met; got\n%s", got)
 	}
 	// A round missing a replica (a run that failed) is left out, not compared half.
