@@ -63,12 +63,21 @@ func TestCapacityRefreshLocksNodesInIDOrder(t *testing.T) {
 	}
 }
 
-// twoNodes adds two nodes and returns their ids, lower first.
+// twoNodes adds two nodes and returns their ids, lower first. The lower node's row is then
+// rewritten, so a scan of the table meets the higher node first: a statement that locks in
+// the order it reads locks the higher one first, whatever its plan.
 func twoNodes(t *testing.T, st *store.Store) (low, high string) {
 	t.Helper()
 	a, b := addNode(t, st, "order-a", 70).ID, addNode(t, st, "order-b", 71).ID
 	if a > b { // uuid order is the byte order of the canonical text form
 		a, b = b, a
+	}
+	err := st.InTx(context.Background(), func(tx *store.Tx) error {
+		_, err := tx.SetDraining(context.Background(), a, false)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return a, b
 }

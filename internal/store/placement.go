@@ -127,10 +127,8 @@ const lockNodesInOrder = `ORDER BY n.id FOR NO KEY UPDATE OF n`
 // refresh (the nodes_best_fit hint) and returns how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-		c AS MATERIALIZED (SELECT n.id, `+availableSlotsOfN+` AS free
-		      FROM nodes n WHERE n.id IN (SELECT node_id FROM d)),
-		locked AS MATERIALIZED (SELECT n.id, c.free FROM nodes n JOIN c ON c.id = n.id
-		      WHERE n.available_slots <> c.free `+lockNodesInOrder+`)
+		locked AS MATERIALIZED (SELECT n.id, c.free FROM nodes n, LATERAL (SELECT `+availableSlotsOfN+` AS free) c
+		      WHERE n.id IN (SELECT node_id FROM d) AND n.available_slots <> c.free `+lockNodesInOrder+`)
 		UPDATE nodes n SET available_slots = l.free FROM locked l WHERE n.id = l.id`)
 	if err != nil {
 		return 0, translate(err)
