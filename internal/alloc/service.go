@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -33,6 +34,22 @@ type Service struct {
 	cfg      Config
 	planner  TaskPlanner
 	inflight inFlight
+	// windows and fleetScans count how slice reservations read the fleet (placeSlice).
+	windows, fleetScans atomic.Uint64
+}
+
+// PlacementStats counts how slice reservations have read the fleet since the service started:
+// best-fit windows, and whole-fleet rankings (every candidate slot, after the windows settled
+// nothing: no capacity, capacity only in spans, or SKU overrides on slots). Fleet scans
+// growing with reservations mean placement is paying for the fleet's size.
+type PlacementStats struct {
+	Windows    uint64
+	FleetScans uint64
+}
+
+// Stats returns the placement counters.
+func (s *Service) Stats() PlacementStats {
+	return PlacementStats{Windows: s.windows.Load(), FleetScans: s.fleetScans.Load()}
 }
 
 // TaskPlanner lets the create transaction queue a slice's provisioning task itself, so no
@@ -277,11 +294,13 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		}
 		// The SKU, the slice image it would boot and the first placement window, in one
 		// round trip (the window's arguments are the request's; a window read for a request
-		// that turns out invalid or baremetal is discarded).
+		// that turns out invalid or baremetal is discarded). The SKU's topology policy is not
+		// known yet: the window assumes the default one for the count, and is read again in
+		// the rare SKU whose policy needs a different group (placeSlice).
 		var first *store.WindowRequest
 		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
 			first = &store.WindowRequest{Query: s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
-				GPUs: req.GPUs, Limit: windowNodes}
+				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes}
 		}
 		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
 		r, err := requestFor(actor, req.SKU, look.SKU, err, req.GPUs, req.Region)
@@ -483,22 +502,24 @@ const (
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
-	var after *store.WindowKey
+	req := sched.Request{GPUs: r.gpus, Policy: r.policy}
+	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes}
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
 		var err error
-		if w == 0 && look.Window != nil && look.WindowFor.Query == q && look.WindowFor.GPUs == r.gpus && look.WindowFor.Limit == windowNodes {
+		if w == 0 && look.Window != nil && look.WindowFor == wr {
 			win, err = *look.Window, look.WindowErr // read with the SKU
 		} else {
-			win, err = tx.SliceWindow(ctx, q, r.gpus, after, windowNodes)
+			win, err = tx.SliceWindow(ctx, wr)
 		}
+		s.windows.Add(1)
 		if err != nil {
 			return sched.Outcome{}, err
 		}
 		if len(win.NodeIDs) == 0 {
 			break
 		}
-		out := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(win.Candidates, win.Topology))
+		out := sched.PlaceSlice(req, buildNodes(win.Candidates, win.Topology))
 		if out.Settled() {
 			if done, err := try(out, win.Candidates, win.SentAt, false); done || err != nil {
 				return out, err
@@ -507,9 +528,11 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 		if len(win.NodeIDs) < windowNodes {
 			break
 		}
-		after = &win.Next
+		next := win.Next
+		wr.After = &next
 	}
 	sent := time.Now()
+	s.fleetScans.Add(1)
 	cands, err := tx.SliceCandidates(ctx, q)
 	if err != nil {
 		return sched.Outcome{}, err

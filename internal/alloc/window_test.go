@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -127,12 +128,53 @@ func TestWindowOfSpansReadsOnForOneGroup(t *testing.T) {
 	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
 		t.Fatal(err)
 	}
+	before := b.svc.Stats()
 	if node, idx := b.placed(b.mustCreate(2)); node != "t00" || fmt.Sprint(idx) != "[5 6]" {
 		t.Fatalf("2 GPUs went to %s %v, want t00 [5 6] (one NUMA group) over a span in the first window", node, idx)
 	}
-	// With no single group of 2 left anywhere (t00 has 1 free), a span is the right answer.
+	if got := b.svc.Stats(); got.Windows-before.Windows != 1 || got.FleetScans != before.FleetScans {
+		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window (t00 is the only node with a group of 2) and none",
+			got.Windows-before.Windows, got.FleetScans-before.FleetScans)
+	}
+	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// With no single group of 2 left anywhere (t00 has 1 free), a span is the right answer,
+	// found by the whole fleet's ranking.
+	before = b.svc.Stats()
 	if node, idx := b.placed(b.mustCreate(2)); node != "s00" || fmt.Sprint(idx) != "[3 7]" {
 		t.Fatalf("2 GPUs went to %s %v, want the span s00 [3 7]", node, idx)
+	}
+	if got := b.svc.Stats(); got.FleetScans-before.FleetScans != 1 {
+		t.Fatalf("a span comes from the whole fleet's ranking; fleet scans went up by %d", got.FleetScans-before.FleetScans)
+	}
+	b.invariants()
+}
+
+// Windows read only nodes whose largest free NUMA group could hold the request: more than
+// WindowsBeforeFullScan windows of nodes with 2 + 2 free slots sort before the one node with
+// a free group of 4, and a 4-GPU request (NUMA-required) still reads one window and no more,
+// instead of 4 windows of nodes it cannot use and then every slot of the fleet.
+func TestWindowSkipsNodesWithNoFittingGroup(t *testing.T) {
+	b := setup(t)
+	for i := range sched.WindowNodes*sched.WindowsBeforeFullScan + 1 {
+		b.disable(b.addNode(fmt.Sprintf("f%02d", i), 100+i), 0, 1, 4, 5) // free: 2, 3 and 6, 7
+	}
+	b.disable(b.addNode("g00", 140), 0, 1, 2, 3) // free: group 1, whole
+	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := b.svc.Stats()
+	if node, idx := b.placed(b.mustCreate(4)); node != "g00" || fmt.Sprint(idx) != "[4 5 6 7]" {
+		t.Fatalf("4 GPUs went to %s %v, want g00 [4 5 6 7]", node, idx)
+	}
+	if got := b.svc.Stats(); got.Windows-before.Windows != 1 || got.FleetScans != before.FleetScans {
+		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window and none",
+			got.Windows-before.Windows, got.FleetScans-before.FleetScans)
+	}
+	// 2 GPUs fit in a group of every node: best fit and name order start at f00.
+	if node, _ := b.placed(b.mustCreate(2)); node != "f00" {
+		t.Fatalf("2 GPUs went to %s, want f00", node)
 	}
 	b.invariants()
 }

@@ -106,6 +106,15 @@ func New(opts Options) *Server {
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"route"})
 	s.reg.MustRegister(s.requests, s.latency)
+	if s.alloc != nil {
+		s.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_windows_total",
+				Help: "Best-fit node windows read by slice reservations."},
+				func() float64 { return float64(s.alloc.Stats().Windows) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_fleet_scans_total",
+				Help: "Slice reservations that ranked every candidate of the fleet (no best-fit window settled them)."},
+				func() float64 { return float64(s.alloc.Stats().FleetScans) }))
+	}
 	s.routes()
 	return s
 }

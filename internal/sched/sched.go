@@ -55,6 +55,21 @@ const (
 	WindowsBeforeFullScan = 4
 )
 
+// WindowGroup is the available slots one NUMA group of a node must have for a window holding
+// that node to settle req there (Settled): every settled choice but a whole host uses one
+// group (a slot of unknown NUMA node being a group of its own), so a window need not read a
+// node whose largest group is smaller. A whole host needs none (0).
+func WindowGroup(req Request) int {
+	p := req.Policy
+	if p == "" {
+		p = DefaultPolicy(req.GPUs)
+	}
+	if p == PolicyFullHost {
+		return 0
+	}
+	return req.GPUs
+}
+
 // DefaultPolicy is the H200 v1 policy: 1 any, 2 NUMA-preferred, 4 NUMA-required, 8 full host,
 // any other count NUMA-preferred.
 func DefaultPolicy(gpus int) Policy {

@@ -928,3 +928,58 @@ func shortsOf(cs []Choice) []string {
 	}
 	return out
 }
+
+// largestGroup is what nodes.group_available holds for n: the most free slots in one NUMA
+// group, a slot of unknown NUMA node counting as a group of its own.
+func largestGroup(n Node) int {
+	per := map[int]int{}
+	best := 0
+	for _, s := range n.FreeSlots {
+		if s.NUMANode < 0 {
+			best = max(best, 1)
+			continue
+		}
+		per[s.NUMANode]++
+		best = max(best, per[s.NUMANode])
+	}
+	return best
+}
+
+// A window reads only nodes whose largest free group reaches WindowGroup: no node that could
+// settle a request alone (its best choice one group or a whole host) may fall below it, for
+// every policy and size, on random topologies with known and unknown NUMA nodes.
+func TestWindowGroupNeverHidesASettlingNode(t *testing.T) {
+	for gpus, want := range map[int]int{1: 1, 2: 2, 3: 3, 4: 4, 8: 0} {
+		if got := WindowGroup(Request{GPUs: gpus}); got != want {
+			t.Errorf("WindowGroup(%d GPUs, default policy) = %d, want %d", gpus, got, want)
+		}
+	}
+	rng := rand.New(rand.NewSource(7))
+	policies := []Policy{PolicyAny, PolicyNUMAPreferred, PolicyNUMARequired, PolicyFullHost}
+	settling := 0
+	for i := 0; i < 3000; i++ {
+		var free []int
+		for s := 0; s < 8; s++ {
+			if rng.Intn(2) == 0 {
+				free = append(free, s)
+			}
+		}
+		n := node("n", 8-len(free), free...)
+		if rng.Intn(4) == 0 {
+			n = unknown("u", 8-len(free), free...)
+		}
+		req := Request{GPUs: 1 + rng.Intn(8), Policy: policies[rng.Intn(len(policies))]}
+		out := PlaceSlice(req, []Node{n})
+		if !out.Settled() {
+			continue
+		}
+		settling++
+		if g := largestGroup(n); g < WindowGroup(req) {
+			t.Fatalf("%+v settles %d GPUs (%s) with its largest free group %d < WindowGroup %d: a window would never read it",
+				free, req.GPUs, req.Policy, g, WindowGroup(req))
+		}
+	}
+	if settling < 300 {
+		t.Fatalf("only %d of 3000 random cases settled: the test checks too little", settling)
+	}
+}

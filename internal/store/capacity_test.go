@@ -3,8 +3,11 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
@@ -35,7 +38,7 @@ func window(t *testing.T, st *store.Store, gpus int, after *store.WindowKey, lim
 	var w store.Window
 	err := st.InTx(context.Background(), func(tx *store.Tx) error {
 		var err error
-		w, err = tx.SliceWindow(context.Background(), store.PlacementQuery{SKU: "h200-sxm-slice"}, gpus, after, limit)
+		w, err = tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"}, GPUs: gpus, After: after, Limit: limit})
 		return err
 	})
 	if err != nil {
@@ -92,7 +95,7 @@ func TestCapacityHintAndWindows(t *testing.T) {
 	}
 	// The pipelined form returns the same window with its candidates (full filter) and topology.
 	err = st.InTx(ctx, func(tx *store.Tx) error {
-		w, err := tx.SliceWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice"}, 1, nil, 2)
+		w, err := tx.SliceWindow(ctx, store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"}, GPUs: 1, Limit: 2})
 		if err != nil {
 			return err
 		}
@@ -134,7 +137,7 @@ func TestCapacityHintAndWindows(t *testing.T) {
 		t.Fatalf("the only 8-free node is draining; got %v", ids)
 	}
 	err = st.InTx(ctx, func(tx *store.Tx) error {
-		w, err := tx.SliceWindow(ctx, store.PlacementQuery{SKU: "h200-sxm-slice", HeartbeatMaxAge: time.Minute}, 1, nil, 10)
+		w, err := tx.SliceWindow(ctx, store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice", HeartbeatMaxAge: time.Minute}, GPUs: 1, Limit: 10})
 		if err == nil && len(w.NodeIDs) != 0 {
 			return fmt.Errorf("nodes never heard from are in the window: %v", w.NodeIDs)
 		}
@@ -188,5 +191,117 @@ func TestSlotEnabledMovesTheHintAtOnce(t *testing.T) {
 	set(true)
 	if ids, _ := window(t, st, 1, nil, 1); len(ids) != 1 || ids[0] != a.ID {
 		t.Fatalf("en-b re-enabled: back to name order; got %v", ids)
+	}
+}
+
+// groupWindow reads a window with the NUMA-group hint (group available slots in one group) and
+// returns its nodes and the nodes whose slots it read, checking that every candidate is on one
+// of those.
+func groupWindow(t *testing.T, st *store.Store, gpus, group int) (span, read []string) {
+	t.Helper()
+	var w store.Window
+	err := st.InTx(context.Background(), func(tx *store.Tx) error {
+		var err error
+		w, err = tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"}, GPUs: gpus, Group: group, Limit: 10})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range w.Candidates {
+		if !slices.Contains(w.Read, c.NodeID) {
+			t.Fatalf("candidate %s on node %s, whose slots the window did not read (%v)", c.SlotID, c.NodeID, w.Read)
+		}
+	}
+	return w.NodeIDs, w.Read
+}
+
+// A window starts at the first node whose largest free NUMA group could hold the request and
+// reads the slots of only such nodes: a node with 2 + 2 free slots sorts first by available
+// slots but cannot take a NUMA-local 4-GPU request. The hint (nodes.group_available) follows
+// slot changes through the refresh, counts a slot of unknown NUMA node as a group of its own,
+// and is exact at once after an operator's change.
+func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	split, half, whole := addNode(t, st, "grp-a", 40), addNode(t, st, "grp-b", 41), addNode(t, st, "grp-c", 42)
+	take := func(node apiv1.Node, indexes ...int) {
+		t.Helper()
+		slots, err := st.ListSlots(ctx, node.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = st.InTx(ctx, func(tx *store.Tx) error {
+			for _, i := range indexes {
+				if err := tx.SetSlotStatus(ctx, slots[i].ID, "reserved", "test", nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(nodes ...apiv1.Node) string {
+		out := make([]string, len(nodes))
+		for i, n := range nodes {
+			out[i] = n.ID
+		}
+		return fmt.Sprint(out)
+	}
+	take(split, 0, 1, 4, 5) // 2 + 2 free
+	take(half, 0, 1, 2, 3)  // 0 + 4 free
+	if _, read := groupWindow(t, st, 4, 4); len(read) != 3 {
+		t.Fatalf("before a refresh the hints are as the slot maps set them (every node 8 free, 4 per group); read %v", read)
+	}
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 2 {
+		t.Fatalf("refresh recounts the two changed nodes: %d, %v", n, err)
+	}
+	if span, read := groupWindow(t, st, 4, 4); fmt.Sprint(span) != ids(half, whole) || fmt.Sprint(read) != ids(half, whole) {
+		t.Fatalf("a 4-GPU window = %v (read %v), want it to start at grp-b: grp-a's 4 free slots are 2 + 2", span, read)
+	}
+	if span, read := groupWindow(t, st, 4, 0); fmt.Sprint(span) != ids(split, half, whole) || fmt.Sprint(read) != ids(split, half, whole) {
+		t.Fatalf("with no group asked (a whole host), every node by best fit: %v (read %v)", span, read)
+	}
+	if span, read := groupWindow(t, st, 2, 2); fmt.Sprint(span) != ids(split, half, whole) || fmt.Sprint(read) != ids(split, half, whole) {
+		t.Fatalf("a 2-GPU window = %v (read %v), want all three, grp-a first", span, read)
+	}
+	// Unknown NUMA: grp-c's slots lose their NUMA node; each free slot is a group of one.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `UPDATE node_resource_slots SET numa_node = NULL WHERE node_id = $1`, whole.ID); err != nil {
+		t.Fatal(err)
+	}
+	take(whole, 7)
+	if n, err := st.RefreshCapacity(ctx); err != nil || n != 1 {
+		t.Fatalf("refresh recounts grp-c: %d, %v", n, err)
+	}
+	var free, group int
+	if err := conn.QueryRow(ctx, `SELECT available_slots, group_available FROM nodes WHERE id = $1`, whole.ID).Scan(&free, &group); err != nil || free != 7 || group != 1 {
+		t.Fatalf("grp-c hints = %d free, largest group %d (%v); want 7 and 1", free, group, err)
+	}
+	if _, read := groupWindow(t, st, 1, 1); len(read) != 3 {
+		t.Fatalf("a 1-GPU window reads a node of unknown NUMA: %v", read)
+	}
+	// grp-c is in the 2-GPU window's span (it follows grp-b in best-fit order), but has no known
+	// group of 2: its slots are not read.
+	if span, read := groupWindow(t, st, 2, 2); fmt.Sprint(span) != ids(split, half, whole) || fmt.Sprint(read) != ids(split, half) {
+		t.Fatalf("a 2-GPU window = %v, read %v; want all three, grp-c not read", span, read)
+	}
+	// An operator's slot change recounts both hints at once.
+	slots, _ := st.ListSlots(ctx, half.ID)
+	err = st.InTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.SetSlotEnabled(ctx, half.ID, slots[4].SlotIndex, false, "test")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if span, _ := groupWindow(t, st, 4, 4); len(span) != 0 {
+		t.Fatalf("no node has 4 free in one group once grp-b's slot is disabled, before any refresh: %v", span)
 	}
 }

@@ -113,8 +113,12 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 		ORDER BY n.name, s.slot_index`, pq.args()...)
 }
 
-// availableSlotsOfN counts node n's available slots: the best-fit hint's value.
-const availableSlotsOfN = `(SELECT count(*) FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available')`
+// capacityOfN is node n's best-fit hints as a row (free, grp): its available slots, and the
+// most of them in one NUMA group, a slot of unknown NUMA node being a group of its own (as
+// internal/sched groups them). One read of the node's slots.
+const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 0)::int AS grp
+	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available'
+	      GROUP BY s.numa_node, CASE WHEN s.numa_node IS NULL THEN s.id END) g)`
 
 // lockNodesInOrder ends a SELECT of nodes n that a statement updating many nodes runs first:
 // it locks the rows in id order. Every replica's heartbeat flush and hint refresh update
@@ -123,13 +127,14 @@ const availableSlotsOfN = `(SELECT count(*) FROM node_resource_slots s WHERE s.n
 // deadlock after a second by failing one (the flush's heartbeats, or the refresh, lost).
 const lockNodesInOrder = `ORDER BY n.id FOR NO KEY UPDATE OF n`
 
-// RefreshCapacity recounts the available slots of nodes whose slots changed since the last
-// refresh (the nodes_best_fit hint) and returns how many nodes it changed.
+// RefreshCapacity recounts the best-fit hints (available_slots, the nodes_best_fit index's
+// key, and group_available) of nodes whose slots changed since the last refresh and returns
+// how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-		locked AS MATERIALIZED (SELECT n.id, c.free FROM nodes n, LATERAL (SELECT `+availableSlotsOfN+` AS free) c
-		      WHERE n.id IN (SELECT node_id FROM d) AND n.available_slots <> c.free `+lockNodesInOrder+`)
-		UPDATE nodes n SET available_slots = l.free FROM locked l WHERE n.id = l.id`)
+		locked AS MATERIALIZED (SELECT n.id, c.free, c.grp FROM nodes n, LATERAL `+capacityOfN+` c
+		      WHERE n.id IN (SELECT node_id FROM d) AND (n.available_slots, n.group_available) <> (c.free, c.grp) `+lockNodesInOrder+`)
+		UPDATE nodes n SET available_slots = l.free, group_available = l.grp FROM locked l WHERE n.id = l.id`)
 	if err != nil {
 		return 0, translate(err)
 	}
@@ -142,35 +147,45 @@ type WindowKey struct {
 	Name      string
 }
 
-// windowNodes is the best-fit window as a CTE body (id, available_slots, name): $1-$4 are
-// PlacementQuery.args(), $5 the GPUs, ($6, $7) the key the window starts after, $8 its size.
-const windowNodes = `SELECT n.id, n.available_slots, n.name ` + windowFrom
+// windowNodes is the best-fit window as two CTEs: start, the first node after the key ($6,
+// $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
+// WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
+// available_slots, name, and fits: whether its largest group has $9). $1-$4 are
+// PlacementQuery.args(), $5 the GPUs. Only the nodes that fit are read further, so a window
+// spans the same best-fit positions a window of every node would, from the first node that
+// could settle the request, and ranks the same nodes that could (the policy the placement
+// benchmark measures), while a run of nodes that cannot (2 + 2 free for a 4-GPU request) costs
+// index entries, not slot reads and windows.
+const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, n.name ` + windowFrom + `
+		  AND n.group_available >= $9 AND (n.available_slots, n.name) > ($6, $7)
+		ORDER BY n.available_slots, n.name LIMIT 1),
+	win AS MATERIALIZED (SELECT w.* FROM start f, LATERAL (SELECT n.id, n.available_slots, n.name, n.group_available >= $9 AS fits ` + windowFrom + `
+		  AND (n.available_slots, n.name) >= (f.available_slots, f.name)
+		ORDER BY n.available_slots, n.name LIMIT $8) w)`
 
 const windowFrom = `FROM nodes n
 		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
 		  AND ($2 = '' OR n.region = $2) AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
-		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
-		  AND (n.available_slots, n.name) > ($6, $7)
-		ORDER BY n.available_slots, n.name LIMIT $8`
+		  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))`
 
 // windowSQL is a best-fit window, the full slot filter on its nodes and their topology in one
 // statement (so one snapshot: the window cannot move between reading its nodes and their
 // slots when a hint refresh commits in between), reading each node once and its slots and live
 // claims through indexes by node, so its cost grows with neither the fleet nor the allocation
 // history (TestWindowCostIgnoresAllocationHistory). It returns each window node in window
-// order, with every enabled slice slot of the placeable ones (the topology: slots per NUMA
-// group), its live slot claims and whether the slot is a candidate; a node with no such slot
-// comes once with NULL slot columns. The node-level checks run once per node, and the VF
+// order, whether it fits (windowNodes), with every enabled slice slot of the placeable ones
+// that fit (the topology: slots per NUMA group), its live slot claims and whether the slot is a
+// candidate; a node with no such slot comes once with NULL slot columns. The node-level checks run once per node, and the VF
 // checks over the node's slots and live claims already read: as a NOT EXISTS per candidate
 // slot (the fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the
 // statement's buffers. The window's nodes are looked up by id behind a fence (OFFSET 0):
 // joined to nodes, a table without statistics (just onboarded, or just upgraded) had the
 // planner find each of them by scanning the best-fit index from its start, running the node
 // checks on every node it passed (TestWindowCostIgnoresFullNodes).
-var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
+var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 	placeable AS MATERIALIZED (SELECT n.id, n.name, n.slice_sku
 		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts
-		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win)) OFFSET 0) n
+		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win WHERE fits)) OFFSET 0) n
 		WHERE NOT n.draining AND `+nodeOK+`),
 	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_live_node
 		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
@@ -182,7 +197,7 @@ var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
 	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
 		UNION ALL SELECT node_id, fabric_vf_pci_address FROM live WHERE fabric_vf_pci_address <> ''),
 	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n FROM live GROUP BY node_id)
-	SELECT w.id::text, w.available_slots, w.name, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
+	SELECT w.id::text, w.available_slots, w.name, w.fits, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
 	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf)
 	FROM win w LEFT JOIN slots s ON s.node_id = w.id AND s.slice LEFT JOIN claimed cl ON cl.node_id = w.id
 	ORDER BY w.available_slots, w.name, s.slot_index`, probeFence, "OFFSET 0")
@@ -190,7 +205,10 @@ var windowSQL = strings.ReplaceAll(`WITH win AS MATERIALIZED (`+windowNodes+`),
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
 type Window struct {
-	NodeIDs    []string
+	NodeIDs []string
+	// Read is the nodes of NodeIDs whose slots were read: those whose largest free NUMA group
+	// could hold the request (WindowRequest.Group, by the hint). The others have no candidates.
+	Read       []string
 	Next       WindowKey
 	Candidates []CandidateSlot
 	Topology   map[string]NodeTopology
@@ -200,15 +218,15 @@ type Window struct {
 }
 
 // SliceWindow reads a best-fit window, its candidates and their topology in one round trip:
-// up to limit placeable nodes of the query's slice SKU with at least gpus available slots,
-// best fit first (fewest available slots, then name), after key (nil: from the start), read
+// up to w.Limit placeable nodes of the query's slice SKU with at least w.GPUs available slots
+// and w.Group of them in one NUMA group (both hints, as of the last refresh), best fit first
+// (fewest available slots, then name), after w.After (nil: from the start), read
 // through the nodes_best_fit index so the cost does not grow with the fleet; then the full
 // slot filter and NodeTopology on those nodes (the later statements re-select the window by
 // index). Nodes whose slots override the SKU are not found here: callers fall back to
 // SliceCandidates when the windows yield nothing.
-func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after *WindowKey, limit int) (Window, error) {
+func (t *Tx) SliceWindow(ctx context.Context, w WindowRequest) (Window, error) {
 	b := &pgx.Batch{}
-	w := WindowRequest{Query: pq, GPUs: gpus, After: after, Limit: limit}
 	w.queue(b)
 	sent := time.Now()
 	br := t.tx.SendBatch(ctx, b)
@@ -223,6 +241,9 @@ func (t *Tx) SliceWindow(ctx context.Context, pq PlacementQuery, gpus int, after
 type WindowRequest struct {
 	Query PlacementQuery
 	GPUs  int
+	// Group is the available slots one NUMA group of a window node must have
+	// (sched.WindowGroup: the request's GPUs, or 0 for a whole host); 0 reads every node.
+	Group int
 	After *WindowKey // nil: the first window
 	Limit int
 }
@@ -233,7 +254,7 @@ func (w WindowRequest) queue(b *pgx.Batch) {
 	// The statement runs with a different window every time: a generic plan saves the
 	// planner's milliseconds on each reservation (its best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(windowSQL, append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit)...)
+	b.Queue(windowSQL, append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group)...)
 }
 
 func (w WindowRequest) key() WindowKey {
@@ -270,15 +291,19 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 		numa       pgtype.Int4
 		claimed    pgtype.Int8
 		candidate  pgtype.Bool
+		fits       bool
 	)
 	for rows.Next() {
-		if err := rows.Scan(&node, &avail, &name, &slotID, &slotIndex, &numa, &claimed, &candidate); err != nil {
+		if err := rows.Scan(&node, &avail, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &candidate); err != nil {
 			return win, translate(err)
 		}
 		nt, seen := win.Topology[node.String]
 		if !seen {
 			nt = NodeTopology{GroupSize: map[int]int{}}
 			win.NodeIDs = append(win.NodeIDs, node.String)
+			if fits {
+				win.Read = append(win.Read, node.String)
+			}
 			win.Next = WindowKey{Available: avail, Name: name.String}
 		}
 		if slotID.Valid && slotIndex.Valid && numa.Valid && claimed.Valid && candidate.Valid {

@@ -97,7 +97,7 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 		}
 		var w store.Window
 		err = st.InTx(ctx, func(tx *store.Tx) error {
-			w, err = tx.SliceWindow(ctx, pq, 1, nil, 100)
+			w, err = tx.SliceWindow(ctx, store.WindowRequest{Query: pq, GPUs: 1, Limit: 100})
 			return err
 		})
 		if err != nil {

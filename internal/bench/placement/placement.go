@@ -83,6 +83,21 @@ func (c *Cluster) free(n int) []int {
 	return f
 }
 
+// largestGroup is the most free slots in one NUMA group of node n (nodes.group_available).
+func (c *Cluster) largestGroup(n int) int {
+	best := 0
+	for g := 0; g < slotsPerNode; g += groupSize {
+		k := 0
+		for _, u := range c.used[n][g : g+groupSize] {
+			if !u {
+				k++
+			}
+		}
+		best = max(best, k)
+	}
+	return best
+}
+
 // fits reports whether size GPUs can be placed on node n under the product's topology policy
 // (4 GPUs within one NUMA group, 8 GPUs a whole node, 1-2 anywhere).
 func (c *Cluster) fits(n, size int) bool {
@@ -133,7 +148,8 @@ type Placer interface {
 
 // Ours is gpuaas's scheduler as the controller runs it (internal/alloc): sched.PlaceSlice with
 // the SKU's default topology policies over best-fit windows of sched.WindowNodes nodes (the
-// fewest free slots that can still hold the request, then name), the next window while one's
+// fewest free slots that can still hold the request, then name, from the first node with a
+// NUMA group of sched.WindowGroup free slots; only such nodes are ranked), the next window while one's
 // ranking is not settled (nothing, or only spans), and every node after
 // sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
@@ -144,6 +160,7 @@ func (Ours) Name() string { return "gpuaas" }
 
 // Place asks internal/sched, window by window.
 func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
+	group := sched.WindowGroup(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)})
 	var byFree [slotsPerNode + 1][]int
 	for n := range c.used {
 		if f := c.freeCount(n); f >= size {
@@ -155,14 +172,28 @@ func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
 		order = append(order, byFree[f]...) // by free slots, then index (= name)
 	}
 	if !o.FullScan {
-		for w := 0; w < sched.WindowsBeforeFullScan && w*sched.WindowNodes < len(order); w++ {
-			win := order[w*sched.WindowNodes : min(len(order), (w+1)*sched.WindowNodes)]
+		// Each window spans sched.WindowNodes nodes of the best-fit order from the first node
+		// (after the last window) whose largest free group could hold the request, and ranks
+		// those of its nodes that could.
+		next := 0
+		for w := 0; w < sched.WindowsBeforeFullScan; w++ {
+			for next < len(order) && c.largestGroup(order[next]) < group {
+				next++
+			}
+			if next == len(order) {
+				break
+			}
+			end := min(len(order), next+sched.WindowNodes)
+			var win []int
+			for _, n := range order[next:end] {
+				if c.largestGroup(n) >= group {
+					win = append(win, n)
+				}
+			}
 			if out := c.rank(size, win); out.Settled() {
 				return c.first(out)
 			}
-			if len(win) < sched.WindowNodes {
-				break
-			}
+			next = end
 		}
 	}
 	return c.first(c.rank(size, order))
