@@ -89,8 +89,7 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 				a, err := c.CreateAllocation(ctx, apiv1.AllocationCreate{SKU: benchenv.SliceSKU, GPUs: GPUs}, "")
 				t1 := time.Now()
 				if err != nil {
-					var ae *apiv1.Error
-					if errors.As(err, &ae) && ae.Code == apiv1.CodeSKUUnavailable {
+					if isUnavailable(err) {
 						unplaced++
 						continue
 					}
@@ -346,8 +345,5 @@ func Cleanup(ctx context.Context, env *benchenv.Env) error {
 	// Every row starts from the same state: vacuumed, analyzed and checkpointed (the vacuum's
 	// writes flushed, and the checkpoint's full-page images paid at every row's start rather
 	// than by whichever row a timed checkpoint happens to land in).
-	if err := env.Exec(ctx, `VACUUM ANALYZE`); err != nil {
-		return err
-	}
-	return env.Exec(ctx, `CHECKPOINT`)
+	return Settle(ctx, env)
 }

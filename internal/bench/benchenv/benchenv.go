@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -188,11 +189,35 @@ func (e *Env) Pprof(ctx context.Context, path string) ([]byte, error) {
 	if e.PprofAddr == "" {
 		return nil, errors.New("the controller serves no profiles (benchenv.Options.Pprof)")
 	}
-	tlsCfg, err := pki.ClientTLSConfig(e.CAFile) // the profile listener is TLS, like the API
+	return e.get(ctx, "https://"+e.PprofAddr+path) // the profile listener is TLS, like the API
+}
+
+// Metric reads one unlabelled counter or gauge from the controller's /metrics.
+func (e *Env) Metric(ctx context.Context, name string) (float64, error) {
+	b, err := e.get(ctx, e.Server+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	return metricValue(b, name)
+}
+
+// metricValue finds "name value" in a Prometheus text exposition.
+func metricValue(exposition []byte, name string) (float64, error) {
+	for _, line := range strings.Split(string(exposition), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("the controller's /metrics has no %s", name)
+}
+
+// get fetches url over TLS trusting the controller's CA.
+func (e *Env) get(ctx context.Context, url string) ([]byte, error) {
+	tlsCfg, err := pki.ClientTLSConfig(e.CAFile)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+e.PprofAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +233,7 @@ func (e *Env) Pprof(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("pprof %s: %s", path, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return b, nil
 }

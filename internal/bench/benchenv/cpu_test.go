@@ -35,3 +35,13 @@ func TestStatCPU(t *testing.T) {
 		t.Fatalf("self %v reaped %v, want %v and %v", self, reaped, 10*clockTick, 25*clockTick)
 	}
 }
+
+func TestMetricValue(t *testing.T) {
+	exp := []byte("# HELP gpuaas_placement_windows_total x\n# TYPE gpuaas_placement_windows_total counter\ngpuaas_placement_windows_total 1234\ngpuaas_placement_windows_total_other 9\ngpuaas_api_requests_total{route=\"x\",code=\"200\"} 5\n")
+	if v, err := metricValue(exp, "gpuaas_placement_windows_total"); err != nil || v != 1234 {
+		t.Fatalf("windows = %v, %v; want 1234", v, err)
+	}
+	if _, err := metricValue(exp, "gpuaas_placement_fleet_scans_total"); err == nil {
+		t.Fatal("a missing metric read as a value")
+	}
+}

@@ -38,6 +38,8 @@ type apiSuite struct {
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
 	// (pg_stat_statements), by kind, with the pairs they completed.
 	Statements map[string]statementRun `json:"statements,omitempty"`
+	// Busy is the largest fleet measured busy against empty (runBusy).
+	Busy *busyRun `json:"busy,omitempty"`
 }
 
 type statementRun struct {
@@ -104,6 +106,13 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			}
 		}
 	}
+	fleet := s.Fleets[len(s.Fleets)-1]
+	env := envs[fleet]
+	var err error
+	if s.Busy, err = runBusy(ctx, work, bin, env, fleet, quick); err != nil {
+		return nil, err
+	}
+	s.DoubleBooked += s.Busy.DoubleBooked
 	// The wake-up path's cost: the same 16-client run through three fresh controller replicas
 	// on the same database, started together: one with its NOTIFY to other replicas on, two
 	// with it off (polls on a replica itself are woken in process either way). They take
@@ -112,8 +121,6 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	// it differs from the first in nothing, so what it reads against it is the measure's own
 	// noise. No restarts between runs (restarting before each run spread the rounds over 40
 	// points), and all three are new, so none has another's history.
-	fleet := s.Fleets[len(s.Fleets)-1]
-	env := envs[fleet]
 	wakeRounds, wakeLen := 8, 6*time.Second
 	if quick {
 		wakeRounds, wakeLen = 1, 4*time.Second
@@ -285,6 +292,9 @@ func (s *apiSuite) markdown() string {
 			fmt.Fprintf(&b, "| `%s` | %.2f | %.3f | %.1f |\n", q, float64(st.Calls)/float64(run.Pairs), st.TotalMS/float64(run.Pairs), ratio(float64(st.Rows), float64(st.Calls)))
 		}
 	}
+	if s.Busy != nil {
+		s.Busy.markdown(&b)
+	}
 	b.WriteString("\n**Targets**\n\n")
 	for _, fleet := range s.Fleets {
 		for _, c := range []int{16, 64} {
@@ -306,6 +316,9 @@ func (s *apiSuite) markdown() string {
 			q := median(qs)
 			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate, median of %d rounds (rounds %s) (target >= 80%%): %s.\n", c, big, q*100, small, len(qs), percentList(qs), verdict(q >= 0.8))
 		}
+	}
+	if s.Busy != nil {
+		s.Busy.target(&b)
 	}
 	s.wakeupMarkdown(&b)
 	fmt.Fprintf(&b, "- double-booked slots after every run, checked in SQL (a slot with two live claims, or a live claim on an available slot): %d (target 0): %s.\n", s.DoubleBooked, verdict(s.DoubleBooked == 0))
