@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -268,11 +266,7 @@ func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
 		t.Fatalf("a 2-GPU window = %v (read %v), want all three, grp-a first", span, read)
 	}
 	// Unknown NUMA: grp-c's slots lose their NUMA node; each free slot is a group of one.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := connect(t, url)
 	if _, err := conn.Exec(ctx, `UPDATE node_resource_slots SET numa_node = NULL WHERE node_id = $1`, whole.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +288,7 @@ func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
 	}
 	// An operator's slot change recounts both hints at once.
 	slots, _ := st.ListSlots(ctx, half.ID)
-	err = st.InTx(ctx, func(tx *store.Tx) error {
+	err := st.InTx(ctx, func(tx *store.Tx) error {
 		_, err := tx.SetSlotEnabled(ctx, half.ID, slots[4].SlotIndex, false, "test")
 		return err
 	})

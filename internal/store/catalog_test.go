@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -340,11 +338,7 @@ func TestCatalogHardDeleteRefusedWhenReferenced(t *testing.T) {
 	ctx := context.Background()
 	im := createImage(t, st, testImage("in-use", 7))
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t, url)
 	var tenant, node string
 	if err := conn.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('acme') RETURNING id::text`).Scan(&tenant); err != nil {
 		t.Fatal(err)
@@ -359,7 +353,7 @@ func TestCatalogHardDeleteRefusedWhenReferenced(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err = st.InTx(ctx, func(tx *store.Tx) error { return tx.HardDeleteImage(ctx, "in-use") })
+	err := st.InTx(ctx, func(tx *store.Tx) error { return tx.HardDeleteImage(ctx, "in-use") })
 	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "referenced by 1 allocation") {
 		t.Fatalf("hard delete of a referenced image: %v", err)
 	}
@@ -499,11 +493,7 @@ func TestCatalogDatabaseRefusesActiveImageWithoutDigest(t *testing.T) {
 	}
 
 	// Straight SQL, bypassing the store: the CHECK constraint itself refuses.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t, url)
 	_, err = conn.Exec(ctx, `INSERT INTO os_images (slug, display_name, version, target, family, architecture, image_format,
 		source_type, source_ref, default_username, driver_strategy, active)
 		VALUES ('raw-sql', 'x', '1', 'vm_slice', 'debian', 'amd64', 'qcow2', 'http', 'https://x/y', 'debian', 'none', true)`)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -37,11 +36,7 @@ func TestCapacityRefreshLocksNodesInIDOrder(t *testing.T) {
 	if _, err := st.RefreshCapacity(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := connect(t, url)
 	// One slot of each node disabled, the higher node's first: both hints are now one too high.
 	for _, n := range []string{high, low} {
 		if _, err := conn.Exec(ctx, `UPDATE node_resource_slots SET status = 'disabled'
@@ -89,11 +84,7 @@ func assertLocksInOrder(t *testing.T, url, low, high string, stmt func(context.C
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(context.Background())
+	holder := connect(t, url)
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -104,11 +95,7 @@ func assertLocksInOrder(t *testing.T, url, low, high string, stmt func(context.C
 	}
 	done := make(chan error, 1)
 	go func() { done <- stmt(ctx) }()
-	probe, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close(context.Background())
+	probe := connect(t, url)
 	holderPID := holder.PgConn().PID()
 	for blocked := false; !blocked; {
 		select {

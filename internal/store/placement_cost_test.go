@@ -54,11 +54,7 @@ func refreshAndConnect(t *testing.T, st *store.Store, url string) *pgx.Conn {
 	if _, err := st.RefreshCapacity(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	conn := connect(t, url)
 	return conn
 }
 

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -133,3 +135,15 @@ func TestInvariantsHoldOnEmptyDatabase(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// connect is a plain connection to the test database (for what the store has no call for:
+// raw SQL, a second session), closed when the test ends.
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
