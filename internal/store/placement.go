@@ -127,14 +127,24 @@ const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 
 // deadlock after a second by failing one (the flush's heartbeats, or the refresh, lost).
 const lockNodesInOrder = `ORDER BY n.id FOR NO KEY UPDATE OF n`
 
+// refreshCapacitySQL recounts the hints of the nodes marked dirty, locking them in id order,
+// and updates those that changed. The dirty nodes are looked up by id as an array: joined to
+// the dirty rows (or to the locked ones, for the update), the planner, estimating the dirty
+// rows from the table's size, hashed them and scanned every node of the fleet, twice a
+// refresh, every 10 ms under load (5,000 nodes: 730 buffers and 4 ms a refresh, against 330
+// and 1.3 ms; TestCapacityRefreshCostIgnoresFleetSize).
+const refreshCapacitySQL = `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
+	locked AS MATERIALIZED (SELECT n.id, c.free, c.grp FROM nodes n, LATERAL ` + capacityOfN + ` c
+	      WHERE n.id = ANY (ARRAY(SELECT DISTINCT node_id FROM d)) AND (n.available_slots, n.group_available) <> (c.free, c.grp)
+	      ` + lockNodesInOrder + `)
+	UPDATE nodes n SET available_slots = l.free, group_available = l.grp FROM locked l
+	WHERE n.id = ANY (ARRAY(SELECT id FROM locked)) AND n.id = l.id`
+
 // RefreshCapacity recounts the best-fit hints (available_slots, the nodes_best_fit index's
 // key, and group_available) of nodes whose slots changed since the last refresh and returns
 // how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
-	tag, err := s.pool.Exec(ctx, `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-		locked AS MATERIALIZED (SELECT n.id, c.free, c.grp FROM nodes n, LATERAL `+capacityOfN+` c
-		      WHERE n.id IN (SELECT node_id FROM d) AND (n.available_slots, n.group_available) <> (c.free, c.grp) `+lockNodesInOrder+`)
-		UPDATE nodes n SET available_slots = l.free, group_available = l.grp FROM locked l WHERE n.id = l.id`)
+	tag, err := s.pool.Exec(ctx, refreshCapacitySQL)
 	if err != nil {
 		return 0, translate(err)
 	}
