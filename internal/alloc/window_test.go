@@ -128,25 +128,24 @@ func TestWindowOfSpansReadsOnForOneGroup(t *testing.T) {
 	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := b.svc.Stats()
-	if node, idx := b.placed(b.mustCreate(2)); node != "t00" || fmt.Sprint(idx) != "[5 6]" {
+	node, idx, windows, scans := placeCounting(b, 2)
+	if node != "t00" || fmt.Sprint(idx) != "[5 6]" {
 		t.Fatalf("2 GPUs went to %s %v, want t00 [5 6] (one NUMA group) over a span in the first window", node, idx)
 	}
-	if got := b.svc.Stats(); got.Windows-before.Windows != 1 || got.FleetScans != before.FleetScans {
-		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window (t00 is the only node with a group of 2) and none",
-			got.Windows-before.Windows, got.FleetScans-before.FleetScans)
+	if windows != 1 || scans != 0 {
+		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window (t00 is the only node with a group of 2) and none", windows, scans)
 	}
 	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	// With no single group of 2 left anywhere (t00 has 1 free), a span is the right answer,
 	// found by the whole fleet's ranking.
-	before = b.svc.Stats()
-	if node, idx := b.placed(b.mustCreate(2)); node != "s00" || fmt.Sprint(idx) != "[3 7]" {
+	node, idx, _, scans = placeCounting(b, 2)
+	if node != "s00" || fmt.Sprint(idx) != "[3 7]" {
 		t.Fatalf("2 GPUs went to %s %v, want the span s00 [3 7]", node, idx)
 	}
-	if got := b.svc.Stats(); got.FleetScans-before.FleetScans != 1 {
-		t.Fatalf("a span comes from the whole fleet's ranking; fleet scans went up by %d", got.FleetScans-before.FleetScans)
+	if scans != 1 {
+		t.Fatalf("a span comes from the whole fleet's ranking; fleet scans went up by %d", scans)
 	}
 	b.invariants()
 }
@@ -164,17 +163,25 @@ func TestWindowSkipsNodesWithNoFittingGroup(t *testing.T) {
 	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := b.svc.Stats()
-	if node, idx := b.placed(b.mustCreate(4)); node != "g00" || fmt.Sprint(idx) != "[4 5 6 7]" {
+	node, idx, windows, scans := placeCounting(b, 4)
+	if node != "g00" || fmt.Sprint(idx) != "[4 5 6 7]" {
 		t.Fatalf("4 GPUs went to %s %v, want g00 [4 5 6 7]", node, idx)
 	}
-	if got := b.svc.Stats(); got.Windows-before.Windows != 1 || got.FleetScans != before.FleetScans {
-		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window and none",
-			got.Windows-before.Windows, got.FleetScans-before.FleetScans)
+	if windows != 1 || scans != 0 {
+		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window and none", windows, scans)
 	}
 	// 2 GPUs fit in a group of every node: best fit and name order start at f00.
 	if node, _ := b.placed(b.mustCreate(2)); node != "f00" {
 		t.Fatalf("2 GPUs went to %s, want f00", node)
 	}
 	b.invariants()
+}
+
+// placeCounting creates a gpus-GPU allocation and returns where it was placed and how many
+// windows and fleet scans placement read for it (alloc.Service.Stats).
+func placeCounting(b *testBundle, gpus int) (node string, idx []int, windows, scans uint64) {
+	before := b.svc.Stats()
+	node, idx = b.placed(b.mustCreate(gpus))
+	after := b.svc.Stats()
+	return node, idx, after.Windows - before.Windows, after.FleetScans - before.FleetScans
 }
