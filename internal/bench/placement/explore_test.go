@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"math/rand"
@@ -17,10 +18,11 @@ import (
 //	PLACEMENT_EXPLORE=1 go test -run TestExplore -v ./internal/bench/placement/
 //
 // runs alternative rankings through the same churn as the report and prints each one's mean and
-// spread over seeds. PLACEMENT_EXPLORE_NODES, _SEEDS, _LOADS and _POLICIES override the fleet
-// (1000), the seeds (3), the loads (0.9,1.1) and the policies; PLACEMENT_EXPLORE_SEARCH=N
-// instead runs a random search of N weightings of node features, selected on seeds 1-2 of a
-// 200-node fleet at load 1.1 (the winners must then be checked on other seeds).
+// spread over seeds. PLACEMENT_EXPLORE_NODES, _SEEDS, _FIRST_SEED, _LOADS and _POLICIES
+// override the fleet (1000), the number of seeds (3) and the first (1), the loads (0.9,1.1)
+// and the policies; PLACEMENT_EXPLORE_SEARCH=N instead runs a random search of N weightings of
+// node features, selected on seeds 1-2 of a 200-node fleet at load 1.1 (the winners must then
+// be checked on other seeds).
 //
 // The candidates work on bit masks (bit s set: slot s free), so a run takes seconds.
 
@@ -208,6 +210,13 @@ func explorePolicy(name string, nodes, events int, load float64, seed int64) Pla
 	case "keep-groups": // minimizes the share by keeping whole groups free at any cost
 		return &weighted{name: name, w: [7]int{1, 2, 13, 1, 191, 299, -80}}
 	}
+	// hz<P>a<A>[w]: expected departures (explore_horizon_test.go), each live request leaving
+	// with probability P% within the horizon, A/10 times the FGD change now; w[N]: in windows
+	// (of N best-fit positions; default sched.WindowNodes).
+	var pp, a, span int
+	if n, _ := fmt.Sscanf(name, "hz%da%dw%d", &pp, &a, &span); n >= 2 {
+		return &horizon{name: name, p: float64(pp) / 100, a: float64(a) / 10, jobs: map[int][]uint8{}, windows: strings.Contains(name, "w"), span: span}
+	}
 	for _, p := range Placers() {
 		if p.Name() == name {
 			return p
@@ -240,6 +249,7 @@ func TestExplore(t *testing.T) {
 	}
 	nodes, _ := strconv.Atoi(envOr("PLACEMENT_EXPLORE_NODES", "1000"))
 	seeds, _ := strconv.Atoi(envOr("PLACEMENT_EXPLORE_SEEDS", "3"))
+	first, _ := strconv.Atoi(envOr("PLACEMENT_EXPLORE_FIRST_SEED", "1"))
 	policies := strings.Split(envOr("PLACEMENT_EXPLORE_POLICIES", "first-fit,best-fit,gpuaas,gpuaas-fleet,fgd-bestfit,fgd-oracle,keep-groups"), ",")
 	events := nodes * 20
 	var loads []float64
@@ -255,7 +265,7 @@ func TestExplore(t *testing.T) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 2)
 	for _, l := range loads {
-		for s := int64(1); s <= int64(seeds); s++ {
+		for s := int64(first); s < int64(first+seeds); s++ {
 			for _, name := range policies {
 				p := explorePolicy(name, nodes, events, l, s)
 				if p == nil {
