@@ -48,53 +48,25 @@ func (h *horizon) expected(free uint8, jobs []uint8) float64 {
 }
 
 func (h *horizon) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
-	if !h.windows {
-		all := make([]int, len(c.used))
-		for i := range all {
-			all[i] = i
-		}
-		return h.placeOn(c, size, all)
-	}
-	// Ours.Place's windows: 8 positions of the best-fit order from the first node whose
-	// largest free group could hold the request; a span settles nothing; the fleet after 4.
-	group := sched.WindowGroup(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)})
-	var byFree [slotsPerNode + 1][]int
-	for n := range c.used {
-		if f := c.freeCount(n); f >= size {
-			byFree[f] = append(byFree[f], n)
-		}
-	}
-	order := make([]int, 0, len(c.used))
-	for f := size; f <= slotsPerNode; f++ {
-		order = append(order, byFree[f]...)
-	}
-	next := 0
-	for range sched.WindowsBeforeFullScan {
-		for next < len(order) && c.largestGroup(order[next]) < group {
-			next++
-		}
-		if next == len(order) {
-			break
-		}
+	order := c.bestFitOrder(size)
+	if h.windows {
 		span := sched.WindowNodes
 		if h.span > 0 {
 			span = h.span
 		}
-		end := min(len(order), next+span)
-		var win []int
-		for _, n := range order[next:end] {
-			if c.largestGroup(n) >= group {
-				win = append(win, n)
+		var n int
+		var slots []int
+		var ok bool
+		if c.windows(size, span, order, func(win []int) bool {
+			n, slots, ok = h.placeOn(c, size, win)
+			if ok && size < slotsPerNode && !singleGroup(slots) { // a span settles nothing: forget it
+				h.jobs[n] = h.jobs[n][:len(h.jobs[n])-1]
+				return false
 			}
+			return ok
+		}) {
+			return n, slots, ok
 		}
-		n, slots, ok := h.placeOn(c, size, win)
-		if ok && (size == slotsPerNode || singleGroup(slots)) {
-			return n, slots, true
-		}
-		if ok { // a span settles nothing: forget it and read on
-			h.jobs[n] = h.jobs[n][:len(h.jobs[n])-1]
-		}
-		next = end
 	}
 	return h.placeOn(c, size, order)
 }

@@ -160,7 +160,22 @@ func (Ours) Name() string { return "gpuaas" }
 
 // Place asks internal/sched, window by window.
 func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
-	group := sched.WindowGroup(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)})
+	order := c.bestFitOrder(size)
+	if !o.FullScan {
+		var out sched.Outcome
+		if c.windows(size, sched.WindowNodes, order, func(win []int) bool {
+			out = c.rank(size, win)
+			return out.Settled()
+		}) {
+			return c.first(out)
+		}
+	}
+	return c.first(c.rank(size, order))
+}
+
+// bestFitOrder is the nodes with at least size free slots, fewest free first, then index
+// (= name): the order of the nodes_best_fit index.
+func (c *Cluster) bestFitOrder(size int) []int {
 	var byFree [slotsPerNode + 1][]int
 	for n := range c.used {
 		if f := c.freeCount(n); f >= size {
@@ -169,34 +184,39 @@ func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
 	}
 	order := make([]int, 0, len(c.used))
 	for f := size; f <= slotsPerNode; f++ {
-		order = append(order, byFree[f]...) // by free slots, then index (= name)
+		order = append(order, byFree[f]...)
 	}
-	if !o.FullScan {
-		// Each window spans sched.WindowNodes nodes of the best-fit order from the first node
-		// (after the last window) whose largest free group could hold the request, and ranks
-		// those of its nodes that could.
-		next := 0
-		for w := 0; w < sched.WindowsBeforeFullScan; w++ {
-			for next < len(order) && c.largestGroup(order[next]) < group {
-				next++
-			}
-			if next == len(order) {
-				break
-			}
-			end := min(len(order), next+sched.WindowNodes)
-			var win []int
-			for _, n := range order[next:end] {
-				if c.largestGroup(n) >= group {
-					win = append(win, n)
-				}
-			}
-			if out := c.rank(size, win); out.Settled() {
-				return c.first(out)
-			}
-			next = end
+	return order
+}
+
+// windows walks the controller's best-fit windows over order for a request of size GPUs: each
+// spans span positions from the first node (after the last window) whose largest free group
+// could hold the request (sched.WindowGroup), and settle gets those of its nodes that could,
+// until it reports the request settled or sched.WindowsBeforeFullScan windows have been read.
+// It returns whether one settled it.
+func (c *Cluster) windows(size, span int, order []int, settle func(win []int) bool) bool {
+	group := sched.WindowGroup(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)})
+	next := 0
+	for range sched.WindowsBeforeFullScan {
+		for next < len(order) && c.largestGroup(order[next]) < group {
+			next++
 		}
+		if next == len(order) {
+			return false
+		}
+		end := min(len(order), next+span)
+		var win []int
+		for _, n := range order[next:end] {
+			if c.largestGroup(n) >= group {
+				win = append(win, n)
+			}
+		}
+		if settle(win) {
+			return true
+		}
+		next = end
 	}
-	return c.first(c.rank(size, order))
+	return false
 }
 
 // rank runs sched.PlaceSlice over the given nodes.
