@@ -20,9 +20,7 @@ func TestCreateAndReleaseRoundTrips(t *testing.T) {
 	b := setupStore(t, alloc.Config{}, store.Options{MaxConns: 4, Tracer: log})
 	b.addNode("n1", 1)
 	b.addNode("n2", 2)
-	if _, err := b.st.RefreshCapacity(b.ctx); err != nil { // the controller's capacity loop
-		t.Fatal(err)
-	}
+	b.refreshCapacity()
 	log.Take()
 	a, _, err := b.svc.Create(b.ctx, b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 4}, "")
 	if err != nil {

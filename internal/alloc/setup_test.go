@@ -181,6 +181,15 @@ func (b *testBundle) disable(node apiv1.Node, idx ...int) {
 	})
 }
 
+// refreshCapacity runs the controller's capacity loop once: the best-fit hints catch up with
+// the slots.
+func (b *testBundle) refreshCapacity() {
+	b.t.Helper()
+	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 func (b *testBundle) create(actor alloc.Actor, sku string, gpus int) (apiv1.Allocation, error) {
 	out, _, err := b.svc.Create(b.ctx, actor, apiv1.AllocationCreate{SKU: sku, GPUs: gpus}, "")
 	return out, err

@@ -24,9 +24,7 @@ func TestWindowedPlacementMatchesBestFit(t *testing.T) {
 	// w19 has 2 free slots in NUMA group 1, w18 has 3 free in group 1; the rest are empty.
 	b.disable(nodes[19], 0, 1, 2, 3, 4, 5)
 	b.disable(nodes[18], 0, 1, 2, 3, 4)
-	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.refreshCapacity()
 	if node, idx := b.placed(b.mustCreate(2)); node != "w19" || fmt.Sprint(idx) != "[6 7]" {
 		t.Fatalf("2 GPUs went to %s %v, want the exact fit w19 [6 7]", node, idx)
 	}
@@ -125,9 +123,7 @@ func TestWindowOfSpansReadsOnForOneGroup(t *testing.T) {
 		b.disable(b.addNode(fmt.Sprintf("s%02d", i), 60+i), 0, 1, 2, 4, 5, 6) // free: 3 and 7
 	}
 	b.disable(b.addNode("t00", 70), 0, 1, 2, 3, 4) // free: 5, 6, 7
-	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.refreshCapacity()
 	node, idx, windows, scans := placeCounting(b, 2)
 	if node != "t00" || fmt.Sprint(idx) != "[5 6]" {
 		t.Fatalf("2 GPUs went to %s %v, want t00 [5 6] (one NUMA group) over a span in the first window", node, idx)
@@ -135,9 +131,7 @@ func TestWindowOfSpansReadsOnForOneGroup(t *testing.T) {
 	if windows != 1 || scans != 0 {
 		t.Fatalf("placement read %d windows and %d fleet scans; want 1 window (t00 is the only node with a group of 2) and none", windows, scans)
 	}
-	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.refreshCapacity()
 	// With no single group of 2 left anywhere (t00 has 1 free), a span is the right answer,
 	// found by the whole fleet's ranking.
 	node, idx, _, scans = placeCounting(b, 2)
@@ -160,9 +154,7 @@ func TestWindowSkipsNodesWithNoFittingGroup(t *testing.T) {
 		b.disable(b.addNode(fmt.Sprintf("f%02d", i), 100+i), 0, 1, 4, 5) // free: 2, 3 and 6, 7
 	}
 	b.disable(b.addNode("g00", 140), 0, 1, 2, 3) // free: group 1, whole
-	if _, err := b.st.RefreshCapacity(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	b.refreshCapacity()
 	node, idx, windows, scans := placeCounting(b, 4)
 	if node != "g00" || fmt.Sprint(idx) != "[4 5 6 7]" {
 		t.Fatalf("4 GPUs went to %s %v, want g00 [4 5 6 7]", node, idx)
