@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -176,4 +177,53 @@ func placeCounting(b *testBundle, gpus int) (node string, idx []int, windows, sc
 	node, idx = b.placed(b.mustCreate(gpus))
 	after := b.svc.Stats()
 	return node, idx, after.Windows - before.Windows, after.FleetScans - before.FleetScans
+}
+
+// conflictingPlanner is a task planner that, planning the first allocation, commits a
+// baremetal claim on its node from another transaction: what a concurrent baremetal
+// reservation does between a slice create's slot lock and its insert.
+type conflictingPlanner struct {
+	b    *testBundle
+	node string // the node the first plan was for
+}
+
+func (p *conflictingPlanner) ProvisionTask(plan store.DispatchInfo) (*store.NewTask, error) {
+	if p.node == "" {
+		p.node = plan.NodeID
+		p.b.tx(func(tx *store.Tx) error {
+			_, err := tx.InsertAllocation(p.b.ctx, store.NewAllocation{TenantID: p.b.other.TenantID, SKU: "h200-sxm-baremetal-8g",
+				CapacityShape: "baremetal", GPUs: 8, NodeID: plan.NodeID},
+				[]store.NewClaim{{Kind: "node_exclusive", NodeID: plan.NodeID}})
+			return err
+		})
+	}
+	return &store.NewTask{NodeID: plan.NodeID, AllocationID: plan.ID, Type: "slice.vm_provision", Payload: map[string]any{}, TTL: time.Hour}, nil
+}
+
+func (p *conflictingPlanner) TaskQueued(string) {}
+
+// A create whose insert meets a claim committed after its window was read (the claims
+// trigger refuses slot claims on a node a baremetal allocation now holds) places the request
+// elsewhere, leaves nothing behind on the first node, and answers with what it wrote.
+func TestCreateWhoseInsertConflictsPlacesElsewhere(t *testing.T) {
+	b := setup(t)
+	n1, n2 := b.addNode("n1", 1), b.addNode("n2", 2)
+	b.refreshCapacity()
+	p := &conflictingPlanner{b: b}
+	b.svc.SetTaskPlanner(p)
+	a := b.mustCreate(4)
+	node, _ := b.placed(a)
+	first := map[string]string{n1.ID: "n1", n2.ID: "n2"}[p.node]
+	if first == "" || node == first {
+		t.Fatalf("placed on %s; the conflicting claim was on %q", node, first)
+	}
+	if len(a.Claims) != 4 || len(a.Tasks) != 1 {
+		t.Fatalf("answer: %d claims, %d tasks", len(a.Claims), len(a.Tasks))
+	}
+	for _, s := range b.slots(p.node) {
+		if s.Status != "available" {
+			t.Fatalf("%s slot %d is %s after the create that conflicted there", first, s.SlotIndex, s.Status)
+		}
+	}
+	b.invariants()
 }

@@ -614,6 +614,70 @@ func TestReleasedBeforeTheHostTookItIsNeverProvisioned(t *testing.T) {
 	}
 }
 
+// A create and a release before provisioning answer from their own transaction's batch, not
+// from a Get after it. Both answers must be exactly what Get reads afterwards, including a
+// claim a re-placement had already released and a task that had already ended.
+func TestCreateAndReleaseAnswerWhatGetReads(t *testing.T) {
+	w := setup(t, dispatch.Config{})
+	admin := alloc.Actor{Role: "admin", Name: "admin", TokenID: "a"} // sees every field
+	same := func(what string, got apiv1.Allocation) {
+		t.Helper()
+		want, err := w.svc.Get(w.ctx, admin, got.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(g) != string(wj) {
+			t.Fatalf("%s answered\n%s\nGet reads\n%s", what, g, wj)
+		}
+	}
+	a, _, err := w.svc.Create(w.ctx, admin, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 2, TenantID: w.tenant.TenantID}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Claims) != 2 || len(a.Tasks) != 1 || a.Tasks[0].Status != "queued" || a.NodeName != "n1" || a.Region != "lab" {
+		t.Fatalf("create answered %d claims, tasks %+v, node %q, region %q", len(a.Claims), a.Tasks, a.NodeName, a.Region)
+	}
+	same("create", a)
+	// A claim given up by a re-placement and a task that already failed stay as they were;
+	// the live claim is released and the queued task cancelled.
+	conn, err := pgx.Connect(w.ctx, w.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE allocation_resource_claims SET status = 'released', released_at = now() WHERE id = $1::uuid`, []any{a.Claims[0].ID}},
+		{`UPDATE node_resource_slots SET status = 'available' WHERE id = $1::uuid`, []any{a.Claims[0].SlotID}},
+		{`INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after, status, error, created_at)
+			VALUES ($1::uuid, $2::uuid, 'slice.vm_provision', '{}', now() + interval '1 hour', 'failed', 'an earlier attempt',
+				now() - interval '1 minute')`, []any{w.node.ID, a.ID}},
+	} {
+		if _, err := conn.Exec(w.ctx, q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel, err := w.svc.Release(w.ctx, admin, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byStatus := map[string]int{}
+	for _, c := range rel.Claims {
+		byStatus["claim "+c.Status]++
+	}
+	for _, tr := range rel.Tasks {
+		byStatus["task "+tr.Status]++
+	}
+	if rel.Status != "released" || rel.ReleasedAt == nil || byStatus["claim released"] != 2 || byStatus["task cancelled"] != 1 || byStatus["task failed"] != 1 {
+		t.Fatalf("release answered %s, released_at %v, %v", rel.Status, rel.ReleasedAt, byStatus)
+	}
+	same("release", rel)
+}
+
 // A succeeded discovery or reconcile whose report is missing or malformed is refused (400)
 // and not recorded, so the host can send a corrected result; a valid one is then accepted.
 func TestUnreadableReportIsRefusedNotRecorded(t *testing.T) {
