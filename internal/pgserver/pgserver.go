@@ -162,6 +162,9 @@ func (s *Server) socketPath() string {
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
 
+// LogPath is the server's log file.
+func (s *Server) LogPath() string { return s.logPath() }
+
 // PID is the running postmaster's process id (benchmarks read its CPU time from /proc).
 func (s *Server) PID() (int, error) {
 	pid, err := postmasterPID(s.dataDir)

@@ -38,8 +38,21 @@ type apiSuite struct {
 	// Statements is where PostgreSQL's time went in the 16-client runs on the largest fleet
 	// (pg_stat_statements), by kind, with the pairs they completed.
 	Statements map[string]statementRun `json:"statements,omitempty"`
+	// StatementCPU is where PostgreSQL's CPU went, statement by statement, in one extra
+	// 16-client run of each kind on the largest fleet (log_statement_stats), by kind.
+	StatementCPU map[string]statementCPURun `json:"statement_cpu,omitempty"`
 	// Busy is the largest fleet measured busy against empty (runBusy).
 	Busy *busyRun `json:"busy,omitempty"`
+}
+
+type statementCPURun struct {
+	Pairs int `json:"pairs"`
+	// LoggedMS is the CPU every logged statement used; ProcPostgresMS what /proc counted for
+	// PostgreSQL in the run (background processes and the logging itself included), both
+	// in milliseconds per pair.
+	LoggedMS       float64                 `json:"logged_ms_per_pair"`
+	ProcPostgresMS float64                 `json:"proc_postgres_ms_per_pair"`
+	Top            []benchenv.StatementCPU `json:"top"`
 }
 
 type statementRun struct {
@@ -108,6 +121,10 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	}
 	fleet := s.Fleets[len(s.Fleets)-1]
 	env := envs[fleet]
+	_, each := s.plan(16)
+	if err := s.measureStatementCPU(ctx, env, fleet, each); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.Busy, err = runBusy(ctx, work, bin, env, fleet, quick); err != nil {
 		return nil, err
@@ -224,6 +241,47 @@ func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out stri
 	return nil
 }
 
+// measureStatementCPU runs the 16-client loop and pgbench once more on env, each with
+// log_statement_stats on, and keeps where PostgreSQL's CPU went, statement by statement. The
+// runs count toward no target: logging every statement slows them.
+func (s *apiSuite) measureStatementCPU(ctx context.Context, env *benchenv.Env, fleet int, each time.Duration) error {
+	for _, kind := range []string{"api", "pgbench"} {
+		if err := env.Heartbeat(ctx); err != nil {
+			return err
+		}
+		if err := apibench.Cleanup(ctx, env); err != nil {
+			return err
+		}
+		var r apibench.Result
+		top, logged, err := env.MeasureStatementCPU(ctx, func() (err error) {
+			if kind == "api" {
+				r, err = apibench.API(ctx, env, fleet, 16, each)
+			} else {
+				r, err = apibench.Pgbench(ctx, env, fleet, 16, each)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("statement CPU, %s: %w", kind, err)
+		}
+		if r.Pairs == 0 {
+			return fmt.Errorf("statement CPU, %s: no pair completed", kind)
+		}
+		if s.StatementCPU == nil {
+			s.StatementCPU = map[string]statementCPURun{}
+		}
+		s.StatementCPU[kind] = statementCPURun{Pairs: r.Pairs, LoggedMS: logged / float64(r.Pairs),
+			ProcPostgresMS: r.CPUPerPairMS["postgres"], Top: top[:min(len(top), 16)]}
+		fmt.Printf("api: statement CPU, %s: %.2f ms per pair logged (PostgreSQL %.2f from /proc), %d pairs\n", kind, logged/float64(r.Pairs), r.CPUPerPairMS["postgres"], r.Pairs)
+		n, err := apibench.DoubleBooked(ctx, env)
+		if err != nil {
+			return err
+		}
+		s.DoubleBooked += n
+	}
+	return nil
+}
+
 func (s *apiSuite) find(kind string, nodes, clients, round int) apibench.Result {
 	for _, r := range s.Results {
 		if r.Kind == kind && r.Nodes == nodes && r.Clients == clients && r.Round == round {
@@ -290,6 +348,24 @@ func (s *apiSuite) markdown() string {
 		for _, st := range run.Top {
 			q := strings.ReplaceAll(st.Query, "|", "\\|")
 			fmt.Fprintf(&b, "| `%s` | %.2f | %.3f | %.1f |\n", q, float64(st.Calls)/float64(run.Pairs), st.TotalMS/float64(run.Pairs), ratio(float64(st.Rows), float64(st.Calls)))
+		}
+	}
+	for _, kind := range []string{"api", "pgbench"} {
+		run, ok := s.StatementCPU[kind]
+		if !ok || run.Pairs == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n**Where PostgreSQL's CPU went, %s, 16 clients, %d nodes** (a run of its own with `log_statement_stats` on: each statement's backend CPU, parse, bind (for a SELECT, the executor's start-up) and execute, no waiting counted; per completed pair. Logged in all: %.2f ms per pair, of %.2f ms PostgreSQL used by /proc, which also counts background processes and the logging)\n\n| statement | runs/pair | CPU ms/pair |\n|---|---|---|\n",
+			kind, s.Fleets[len(s.Fleets)-1], run.LoggedMS, run.ProcPostgresMS)
+		for _, st := range run.Top {
+			if st.CPUms/float64(run.Pairs) < 0.0005 { // the harness's own statements
+				continue
+			}
+			q := strings.ReplaceAll(st.Query, "|", "\\|")
+			if q == "" {
+				q = "(no statement: a protocol message outside one)"
+			}
+			fmt.Fprintf(&b, "| `%s` | %.2f | %.3f |\n", q, float64(st.Executes)/float64(run.Pairs), st.CPUms/float64(run.Pairs))
 		}
 	}
 	if s.Busy != nil {
