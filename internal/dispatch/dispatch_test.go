@@ -615,8 +615,10 @@ func TestReleasedBeforeTheHostTookItIsNeverProvisioned(t *testing.T) {
 }
 
 // A create and a release before provisioning answer from their own transaction's batch, not
-// from a Get after it. Both answers must be exactly what Get reads afterwards, including a
-// claim a re-placement had already released and a task that had already ended.
+// from a Get after it. Both answers must be exactly what Get reads afterwards: the create's
+// with its provisioning task (alloc.TestCreateAnswerMatchesARead has no task planner), the
+// release's including a claim a re-placement had already released and a task that had
+// already ended.
 func TestCreateAndReleaseAnswerWhatGetReads(t *testing.T) {
 	w := setup(t, dispatch.Config{})
 	admin := alloc.Actor{Role: "admin", Name: "admin", TokenID: "a"} // sees every field

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -127,7 +126,7 @@ func run(ctx context.Context, binA, binB string, nodes, clients int, each time.D
 			r+1, res[0].PairsPerSec, res[1].PairsPerSec, res[0].CPUPerPairMS["controller"], res[1].CPUPerPairMS["controller"], pgPair(0), pgPair(1))
 	}
 	fmt.Printf("B against A, median of %d rounds: rate %.3f (%s); controller CPU per pair %.3f (%s); PostgreSQL backends' CPU per pair %.3f (%s)\n",
-		rounds, median(rate), list(rate), median(ctl), list(ctl), median(pg), list(pg))
+		rounds, benchenv.Median(rate), list(rate), benchenv.Median(ctl), list(ctl), benchenv.Median(pg), list(pg))
 	return nil
 }
 
@@ -154,15 +153,6 @@ func backendCPU(ctx context.Context, env *benchenv.Env) (map[string]time.Duratio
 		}
 	}
 	return out, rows.Err()
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func list(xs []float64) string {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -340,6 +341,19 @@ func (e *Env) Int(ctx context.Context, sql string, args ...any) (int, error) {
 	var n int
 	err := e.DB.QueryRow(ctx, sql, args...).Scan(&n)
 	return n, err
+}
+
+// Median is the middle of xs (the mean of the middle two for an even count; 0 when empty).
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // Percentile is the p-th percentile (nearest rank) of ds in milliseconds; 0 for none.

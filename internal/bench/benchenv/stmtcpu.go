@@ -33,33 +33,33 @@ func (e *Env) MeasureStatementCPU(ctx context.Context, fn func() error) ([]State
 	if err != nil {
 		return nil, 0, err
 	}
-	set := func(sql string) error {
+	set := func(sql, want string) error {
 		if err := e.Exec(ctx, sql); err != nil {
 			return err
 		}
 		if err := e.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
 			return err
 		}
-		// Backends apply a reload when they next read a message; an idle pool connection
-		// applies it with its first statement, which is then not counted. Wait until this
-		// connection sees it.
+		// Backends apply a reload before reading their next message; an idle pool connection
+		// applies it after its first statement, which is then not counted. Wait until this
+		// pool's connections see it.
 		for range 100 {
 			var v string
 			if err := e.DB.QueryRow(ctx, `SHOW log_statement_stats`).Scan(&v); err != nil {
 				return err
 			}
-			if (v == "on") == strings.Contains(sql, " = on") {
+			if v == want {
 				return nil
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		return fmt.Errorf("log_statement_stats did not change after reload")
+		return fmt.Errorf("log_statement_stats did not become %s after a reload", want)
 	}
-	if err := set(`ALTER SYSTEM SET log_statement_stats = on`); err != nil {
+	if err := set(`ALTER SYSTEM SET log_statement_stats = on`, "on"); err != nil {
 		return nil, 0, err
 	}
 	ferr := fn()
-	if err := set(`ALTER SYSTEM RESET log_statement_stats`); err != nil {
+	if err := set(`ALTER SYSTEM RESET log_statement_stats`, "off"); err != nil {
 		return nil, 0, err
 	}
 	if ferr != nil {

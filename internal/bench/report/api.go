@@ -162,10 +162,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	}
 	for round := 0; round < wakeRounds; round++ {
 		for _, a := range wakeOrder(round) {
-			if err := env.Heartbeat(ctx); err != nil {
-				return nil, err
-			}
-			if err := apibench.Cleanup(ctx, env); err != nil {
+			if err := freshRun(ctx, env); err != nil {
 				return nil, err
 			}
 			r, err := apibench.API(ctx, views[a.name], fleet, 16, wakeLen)
@@ -184,10 +181,7 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 // clean, vacuumed and checkpointed fleet, and records both with the double-booking check.
 func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out string, fleet, c, round int, each time.Duration, profile bool) error {
 	for _, kind := range []string{"api", "pgbench"} {
-		if err := env.Heartbeat(ctx); err != nil {
-			return err
-		}
-		if err := apibench.Cleanup(ctx, env); err != nil {
+		if err := freshRun(ctx, env); err != nil {
 			return err
 		}
 		stmts := c == 16 && fleet == s.Fleets[len(s.Fleets)-1] && round == 0
@@ -206,14 +200,14 @@ func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out stri
 					prof <- saveProfile(ctx, env, each-time.Second, filepath.Join(out, fmt.Sprintf("cpu-controller-%dnodes-16clients.pprof", fleet)))
 				}()
 			}
-			r, err = apibench.API(ctx, env, fleet, c, each)
+			r, err = runKind(ctx, env, kind, fleet, c, each)
 			if prof != nil {
 				if perr := <-prof; perr != nil {
 					fmt.Println("api: profile:", perr)
 				}
 			}
 		} else {
-			r, err = apibench.Pgbench(ctx, env, fleet, c, each)
+			r, err = runKind(ctx, env, kind, fleet, c, each)
 		}
 		if err != nil {
 			return fmt.Errorf("%s %d nodes %d clients: %w", kind, fleet, c, err)
@@ -241,24 +235,35 @@ func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out stri
 	return nil
 }
 
+// freshRun readies env for a measured run: every node's heartbeat fresh, the fleet empty,
+// vacuumed and checkpointed (apibench.Cleanup).
+func freshRun(ctx context.Context, env *benchenv.Env) error {
+	if err := env.Heartbeat(ctx); err != nil {
+		return err
+	}
+	return apibench.Cleanup(ctx, env)
+}
+
+// runKind runs the create+release loop through the API ("api") or the raw-SQL reference
+// ("pgbench") for each.
+func runKind(ctx context.Context, env *benchenv.Env, kind string, fleet, clients int, each time.Duration) (apibench.Result, error) {
+	if kind == "api" {
+		return apibench.API(ctx, env, fleet, clients, each)
+	}
+	return apibench.Pgbench(ctx, env, fleet, clients, each)
+}
+
 // measureStatementCPU runs the 16-client loop and pgbench once more on env, each with
 // log_statement_stats on, and keeps where PostgreSQL's CPU went, statement by statement. The
 // runs count toward no target: logging every statement slows them.
 func (s *apiSuite) measureStatementCPU(ctx context.Context, env *benchenv.Env, fleet int, each time.Duration) error {
 	for _, kind := range []string{"api", "pgbench"} {
-		if err := env.Heartbeat(ctx); err != nil {
-			return err
-		}
-		if err := apibench.Cleanup(ctx, env); err != nil {
+		if err := freshRun(ctx, env); err != nil {
 			return err
 		}
 		var r apibench.Result
 		top, logged, err := env.MeasureStatementCPU(ctx, func() (err error) {
-			if kind == "api" {
-				r, err = apibench.API(ctx, env, fleet, 16, each)
-			} else {
-				r, err = apibench.Pgbench(ctx, env, fleet, 16, each)
-			}
+			r, err = runKind(ctx, env, kind, fleet, 16, each)
 			return err
 		})
 		if err != nil {
@@ -375,13 +380,13 @@ func (s *apiSuite) markdown() string {
 	for _, fleet := range s.Fleets {
 		for _, c := range []int{16, 64} {
 			qs := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(a.PairsPerSec, p.PairsPerSec) })
-			q := median(qs)
+			q := benchenv.Median(qs)
 			cpu := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(totalCPU(a), totalCPU(p)) })
 			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.1f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s. CPU per pair %.2fx the raw script's (median; rounds %s).\n",
-				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5), median(cpu), ratioList(cpu))
+				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5), benchenv.Median(cpu), ratioList(cpu))
 		}
 		qs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.PairP50ms, p.PairP50ms) })
-		q := median(qs)
+		q := benchenv.Median(qs)
 		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d rounds %.2fx (rounds %s) (target <= 2x): %s.\n",
 			fleet, len(qs), q, ratioList(qs), verdict(q > 0 && q <= 2))
 	}
@@ -389,7 +394,7 @@ func (s *apiSuite) markdown() string {
 		small, big := s.Fleets[0], s.Fleets[len(s.Fleets)-1]
 		for _, c := range s.Clients {
 			qs := s.fleetRatios(small, big, c)
-			q := median(qs)
+			q := benchenv.Median(qs)
 			fmt.Fprintf(&b, "- %d clients: %d-node rate is %.0f%% of the %d-node rate, median of %d rounds (rounds %s) (target >= 80%%): %s.\n", c, big, q*100, small, len(qs), percentList(qs), verdict(q >= 0.8))
 		}
 	}
@@ -447,18 +452,6 @@ func (s *apiSuite) fleetRatios(small, big, clients int) []float64 {
 }
 
 // median of xs (the mean of the middle two for an even count); 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func joinf(xs []float64, format string, scale float64) string {
 	parts := make([]string, len(xs))
 	for i, x := range xs {

@@ -169,7 +169,7 @@ func (b *busyRun) markdown(w *strings.Builder) {
 // target is the busy fleet's line in the targets list.
 func (b *busyRun) target(w *strings.Builder) {
 	qs := b.ratios()
-	q := median(qs)
+	q := benchenv.Median(qs)
 	fmt.Fprintf(w, "- busy fleet (added by this harness; the issue's targets all run on empty fleets): %d nodes at %.0f%% of their GPUs, %d clients: %.0f%% of the empty fleet's rate, median of %d rounds (rounds %s) (target >= 80%%, as for fleet size: a decision's cost must not grow with the fleet's state either): %s.\n",
 		b.Fleet, b.Fill.Target*100, b.Clients, q*100, len(qs), percentList(qs), verdict(q >= 0.8))
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 )
 
 // wakeArm is one controller replica of the wake-up measure: its name (a run's Notes) and
@@ -97,9 +99,9 @@ func (s *apiSuite) wakeupMarkdown(b *strings.Builder) {
 	}
 	cost, costAdj := wakeCosts(rounds, "on", "off", raw), wakeCosts(rounds, "on", "off", adj)
 	ctl, ctlAdj := wakeCosts(rounds, "off-control", "off", raw), wakeCosts(rounds, "off-control", "off", adj)
-	met := median(costAdj) <= 0.10 && math.Abs(median(ctlAdj)) <= 0.05
+	met := benchenv.Median(costAdj) <= 0.10 && math.Abs(benchenv.Median(ctlAdj)) <= 0.05
 	fmt.Fprintf(b, "- wake-up path (NOTIFY after each dispatch commit, for other replicas' long polls): %d rounds of three fresh replicas on one database taking turns, the order rotated every round (the path on; off; off again, an A/A control), %d clients on %d nodes. Pairs/s with it %s, without %s: median cost %.0f%% (rounds %s). Adjusted for the machine's speed (rate x the load generator's CPU per pair; the path cannot touch the generator's work, and a run's CPU per pair moves 10-30%% for every process together here): median cost %.1f%% (rounds %s) (target <= 10%%, with the control within 5%%): %s. Control, off against off: %.0f%% raw (rounds %s), %.1f%% adjusted (rounds %s).\n",
 		len(rounds), s.Wakeup[0].Clients, s.Wakeup[0].Nodes, rateList(onRates), rateList(offRates),
-		median(cost)*100, percentList(cost), median(costAdj)*100, percentList(costAdj), verdict(met),
-		median(ctl)*100, percentList(ctl), median(ctlAdj)*100, percentList(ctlAdj))
+		benchenv.Median(cost)*100, percentList(cost), benchenv.Median(costAdj)*100, percentList(costAdj), verdict(met),
+		benchenv.Median(ctl)*100, percentList(ctl), benchenv.Median(ctlAdj)*100, percentList(ctlAdj))
 }
