@@ -55,8 +55,8 @@ type Result struct {
 	Notes             string  `json:"notes,omitempty"` //
 }
 
-// API runs clients workers, each with its own HTTPS connection, creating and releasing
-// 4-GPU allocations for d.
+// API runs clients workers, each with its own HTTPS connection (a wire client, as lean as
+// pgbench's libpq loop), creating and releasing 4-GPU allocations for d.
 func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Duration) (Result, error) {
 	res := Result{Kind: "api", Nodes: nodes, Clients: clients, Errors: map[string]int{}}
 	var mu sync.Mutex
@@ -74,19 +74,20 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 	}
 	start := time.Now()
 	for w := 0; w < clients; w++ {
-		c, err := env.Client()
+		c, err := newWire(env.Server, env.CAFile, env.Token)
 		if err != nil {
 			return res, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer c.Close()
 			var myPairs, myCreates []time.Duration
 			unplaced := 0
 			errs := map[string]int{}
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				t0 := time.Now()
-				a, err := c.CreateAllocation(ctx, apiv1.AllocationCreate{SKU: benchenv.SliceSKU, GPUs: GPUs}, "")
+				id, err := c.Create(ctx)
 				t1 := time.Now()
 				if err != nil {
 					if isUnavailable(err) {
@@ -100,7 +101,7 @@ func API(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Dura
 					}
 					continue
 				}
-				if _, err := c.ReleaseAllocation(ctx, a.ID); err != nil {
+				if err := c.Release(ctx, id); err != nil {
 					errs["release:"+code(err)]++
 					continue
 				}
