@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -41,6 +42,10 @@ type wire struct {
 	body []byte // the last answer's body (reused)
 }
 
+// requestTimeout bounds one request when the context has no deadline, as the CLI client's
+// Timeout does: a controller that stops answering fails the run instead of hanging it.
+const requestTimeout = 60 * time.Second
+
 // maxAnswer bounds an answer's body, as client.MaxResponseBytes does the CLI's.
 const maxAnswer = client.MaxResponseBytes
 
@@ -50,6 +55,9 @@ func newWire(server, caFile, token string) (*wire, error) {
 	u, err := url.Parse(server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("apibench: %q is not an https://host:port address", server)
+	}
+	if strings.ContainsAny(token, "\r\n") || token == "" {
+		return nil, fmt.Errorf("apibench: the API token is empty or spans lines")
 	}
 	tlsCfg, err := pki.ClientTLSConfig(caFile)
 	if err != nil {
@@ -127,9 +135,11 @@ func (w *wire) roundTrip(ctx context.Context, req []byte) (int, error) {
 				return 0, err
 			}
 		}
-		if dl, ok := ctx.Deadline(); ok {
-			_ = w.conn.SetDeadline(dl)
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(requestTimeout)
 		}
+		_ = w.conn.SetDeadline(dl)
 		status, err := w.exchange(req)
 		if err == nil {
 			return status, nil

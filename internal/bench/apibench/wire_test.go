@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
+	"github.com/gpuaas/gpuaas/internal/client"
 )
 
 // wireServer is a TLS server answering as the controller does, counting the connections it
@@ -139,8 +140,26 @@ func TestWireReportsTheControllersErrorsAndRedialsAClosedConnection(t *testing.T
 	}
 }
 
-func TestWireRefusesPlainHTTP(t *testing.T) {
+func TestWireRefusesPlainHTTPAndBadTokens(t *testing.T) {
 	if _, err := newWire("http://127.0.0.1:1", "ca.pem", "t"); err == nil {
 		t.Fatal("newWire accepted http://")
+	}
+	if _, err := newWire("https://127.0.0.1:1", "ca.pem", "t\r\nX-Admin: 1"); err == nil || !strings.Contains(err.Error(), "spans lines") {
+		t.Fatalf("newWire accepted a token that would add a header: %v", err)
+	}
+}
+
+func TestWireGivesUpOnAControllerThatDoesNotAnswer(t *testing.T) {
+	release := make(chan struct{})
+	w, _ := wireServer(t, nil, func(rw http.ResponseWriter, r *http.Request) { <-release })
+	t.Cleanup(func() { close(release) }) // runs before the server's Close (cleanups run last-in first-out)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var ne *client.NetworkError
+	if _, err := w.Create(ctx); !errors.As(err, &ne) {
+		t.Fatalf("create against a silent server: %v, want a network error at the deadline", err)
+	}
+	if w.conn != nil {
+		t.Error("the timed-out connection is kept for the next request")
 	}
 }
