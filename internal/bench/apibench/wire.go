@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -145,7 +146,7 @@ func (w *wire) roundTrip(ctx context.Context, req []byte) (int, error) {
 			return status, nil
 		}
 		w.Close()
-		if fresh || try > 0 || err == errAnswered {
+		if fresh || try > 0 || errors.Is(err, errAnswered) {
 			return 0, &client.NetworkError{URL: "https://" + w.host, Err: err}
 		}
 	}
@@ -153,7 +154,7 @@ func (w *wire) roundTrip(ctx context.Context, req []byte) (int, error) {
 
 // errAnswered marks a failure after the answer started: the request was applied or may
 // have been, so it is not repeated.
-var errAnswered = fmt.Errorf("apibench: answer cut short")
+var errAnswered = errors.New("apibench: answer cut short")
 
 func (w *wire) exchange(req []byte) (int, error) {
 	if _, err := w.conn.Write(req); err != nil {

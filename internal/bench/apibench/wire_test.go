@@ -163,3 +163,33 @@ func TestWireGivesUpOnAControllerThatDoesNotAnswer(t *testing.T) {
 		t.Error("the timed-out connection is kept for the next request")
 	}
 }
+
+func TestWireDoesNotRepeatARequestWhoseAnswerWasCutShort(t *testing.T) {
+	var creates atomic.Int32
+	w, _ := wireServer(t, nil, func(rw http.ResponseWriter, r *http.Request) {
+		if creates.Add(1) == 1 {
+			rw.WriteHeader(http.StatusCreated)
+			io.WriteString(rw, `{"id":"a-1"}`)
+			return
+		}
+		// The second create was applied, and its answer dies half-way.
+		conn, buf, err := rw.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\n{\"id\":")
+		buf.Flush()
+		conn.Close()
+	})
+	ctx := context.Background()
+	if _, err := w.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx); err == nil { // on the kept-alive connection
+		t.Fatal("a create whose answer was cut short succeeded")
+	}
+	if n := creates.Load(); n != 2 {
+		t.Errorf("the controller saw %d creates, want 2: a cut-short answer must not be sent again", n)
+	}
+}
