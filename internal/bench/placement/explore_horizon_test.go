@@ -21,11 +21,9 @@ import (
 // One group before a span, then the score, then fewest free slots, then node index; with
 // windows it walks production's best-fit windows (Ours) instead of ranking the fleet.
 type horizon struct {
-	name    string
-	p, a    float64
-	windows bool
-	span    int             // window positions (0: sched.WindowNodes)
-	jobs    map[int][]uint8 // node -> the slot mask of each live request
+	occupants
+	name string
+	p, a float64
 }
 
 func (h *horizon) Name() string { return h.name }
@@ -48,19 +46,48 @@ func (h *horizon) expected(free uint8, jobs []uint8) float64 {
 }
 
 func (h *horizon) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
+	return h.occupants.place(c, size, func(m uint8, live []uint8) func(t uint8) float64 {
+		base := h.expected(m, live)
+		return func(t uint8) float64 {
+			after := m &^ t
+			now := float64(maskUnusable(after) - maskUnusable(m))
+			return h.a*now + h.expected(after, append(append([]uint8{}, live...), t)) - base
+		}
+	})
+}
+
+// occupants is what the candidates that know who shares a node have in common: each node's
+// live requests (inferred: a request is live while all of its slots are in use, as requests
+// leave whole; checked whenever its node is ranked, so before anything can be placed in its
+// slots again), and a ranking by a score of each option: one group before a span, then the
+// score, then fewest free slots, then node index; over the fleet, or walking production's
+// best-fit windows (of span positions; 0: sched.WindowNodes) as Ours does.
+type occupants struct {
+	windows bool
+	span    int
+	jobs    map[int][]uint8 // node -> the slot mask of each live request
+}
+
+// scorer gives, for a node with free slots m and live requests live, the score of taking t.
+type scorer func(m uint8, live []uint8) func(t uint8) float64
+
+func (o *occupants) place(c *Cluster, size int, score scorer) (int, []int, bool) {
+	if o.jobs == nil {
+		o.jobs = map[int][]uint8{}
+	}
 	order := c.bestFitOrder(size)
-	if h.windows {
+	if o.windows {
 		span := sched.WindowNodes
-		if h.span > 0 {
-			span = h.span
+		if o.span > 0 {
+			span = o.span
 		}
 		var n int
 		var slots []int
 		var ok bool
 		if c.windows(size, span, order, func(win []int) bool {
-			n, slots, ok = h.placeOn(c, size, win)
+			n, slots, ok = o.placeOn(c, size, win, score)
 			if ok && size < slotsPerNode && !singleGroup(slots) { // a span settles nothing: forget it
-				h.jobs[n] = h.jobs[n][:len(h.jobs[n])-1]
+				o.jobs[n] = o.jobs[n][:len(o.jobs[n])-1]
 				return false
 			}
 			return ok
@@ -68,40 +95,32 @@ func (h *horizon) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
 			return n, slots, ok
 		}
 	}
-	return h.placeOn(c, size, order)
+	return o.placeOn(c, size, order, score)
 }
 
 // placeOn ranks the given nodes and records the chosen request as live on its node.
-func (h *horizon) placeOn(c *Cluster, size int, nodes []int) (int, []int, bool) {
+func (o *occupants) placeOn(c *Cluster, size int, nodes []int, score scorer) (int, []int, bool) {
 	bestNode, bestTake := -1, uint8(0)
 	var bestKey [3]float64
 	for _, n := range nodes {
-		var m uint8
-		for s, u := range c.used[n] {
-			if !u {
-				m |= 1 << s
-			}
-		}
+		m := freeMask(c, n)
 		if bits.OnesCount8(m) < size {
 			continue
 		}
-		live := h.jobs[n][:0]
-		for _, j := range h.jobs[n] {
+		live := o.jobs[n][:0]
+		for _, j := range o.jobs[n] {
 			if j&m == 0 { // every slot still in use: not left
 				live = append(live, j)
 			}
 		}
-		h.jobs[n] = live
-		base := h.expected(m, live)
+		o.jobs[n] = live
+		of := score(m, live)
 		for _, t := range maskOptions(m, size) {
-			after := m &^ t
-			now := float64(maskUnusable(after) - maskUnusable(m))
-			later := h.expected(after, append(append([]uint8{}, live...), t)) - base
 			span := 0.0
 			if t&0x0f != 0 && t&0xf0 != 0 && size < slotsPerNode {
 				span = 1
 			}
-			k := [3]float64{span, h.a*now + later, float64(bits.OnesCount8(m))}
+			k := [3]float64{span, of(t), float64(bits.OnesCount8(m))}
 			if bestNode < 0 || k[0] < bestKey[0] || k[0] == bestKey[0] && (k[1] < bestKey[1]-1e-9 || math.Abs(k[1]-bestKey[1]) <= 1e-9 && k[2] < bestKey[2]) {
 				bestNode, bestTake, bestKey = n, t, k
 			}
@@ -110,12 +129,28 @@ func (h *horizon) placeOn(c *Cluster, size int, nodes []int) (int, []int, bool) 
 	if bestNode < 0 {
 		return 0, nil, false
 	}
-	h.jobs[bestNode] = append(h.jobs[bestNode], bestTake)
+	o.jobs[bestNode] = append(o.jobs[bestNode], bestTake)
+	return bestNode, maskSlots(bestTake), true
+}
+
+// freeMask is node n's free slots as a bit mask.
+func freeMask(c *Cluster, n int) uint8 {
+	var m uint8
+	for s, u := range c.used[n] {
+		if !u {
+			m |= 1 << s
+		}
+	}
+	return m
+}
+
+// maskSlots is the slot indexes of a mask, ascending.
+func maskSlots(m uint8) []int {
 	var slots []int
 	for s := range slotsPerNode {
-		if bestTake&(1<<s) != 0 {
+		if m&(1<<s) != 0 {
 			slots = append(slots, s)
 		}
 	}
-	return bestNode, slots, true
+	return slots
 }

@@ -215,7 +215,7 @@ func explorePolicy(name string, nodes, events int, load float64, seed int64) Pla
 	// (of N best-fit positions; default sched.WindowNodes).
 	var pp, a, span int
 	if n, _ := fmt.Sscanf(name, "hz%da%dw%d", &pp, &a, &span); n >= 2 {
-		return &horizon{name: name, p: float64(pp) / 100, a: float64(a) / 10, jobs: map[int][]uint8{}, windows: strings.Contains(name, "w"), span: span}
+		return &horizon{name: name, p: float64(pp) / 100, a: float64(a) / 10, occupants: occupants{windows: strings.Contains(name, "w"), span: span}}
 	}
 	for _, p := range Placers() {
 		if p.Name() == name {
@@ -260,17 +260,46 @@ func TestExplore(t *testing.T) {
 		}
 		loads = append(loads, f)
 	}
+	var seedList []int64
+	for s := int64(first); s < int64(first+seeds); s++ {
+		seedList = append(seedList, s)
+	}
+	runs := churnEach(nodes, events, loads, seedList, func(l float64, s int64) []Placer {
+		var ps []Placer
+		for _, name := range policies {
+			p := explorePolicy(name, nodes, events, l, s)
+			if p == nil {
+				t.Fatalf("unknown policy %q", name)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	})
+	means := map[[2]any]Result{}
+	spreads := Means(runs)
+	for _, s := range spreads {
+		means[[2]any{s.Mean.Policy, s.Mean.OfferedLoad}] = s.Mean
+	}
+	rel := func(a, b float64) float64 { return (a - b) / b * 100 }
+	for _, s := range spreads {
+		r := s.Mean
+		ff, bf := means[[2]any{"first-fit", r.OfferedLoad}], means[[2]any{"best-fit", r.OfferedLoad}]
+		t.Logf("load %.1f %-12s fragmentation %.4f [%.4f-%.4f] (%+5.1f%% vs first-fit, %+5.1f%% vs best-fit) unusable/fleet %.5f (%+5.1f%%, %+5.1f%%) served 4 %.3f 8 %.3f NUMA-local when feasible %.4f util %.4f",
+			r.OfferedLoad, r.Policy, r.Fragmentation, s.FragMin, s.FragMax, rel(r.Fragmentation, ff.Fragmentation), rel(r.Fragmentation, bf.Fragmentation),
+			r.Unusable, rel(r.Unusable, ff.Unusable), rel(r.Unusable, bf.Unusable), r.Served4, r.Served8, r.NUMALocalFeasible, r.Utilization)
+	}
+}
+
+// churnEach runs Churn for each placer that mk makes for each load and seed, two at a time
+// (each placer once: candidates keep state), and returns the results ordered by load.
+func churnEach(nodes, events int, loads []float64, seeds []int64, mk func(load float64, seed int64) []Placer) []Result {
 	var mu sync.Mutex
 	var runs []Result
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 2)
 	for _, l := range loads {
-		for s := int64(first); s < int64(first+seeds); s++ {
-			for _, name := range policies {
-				p := explorePolicy(name, nodes, events, l, s)
-				if p == nil {
-					t.Fatalf("unknown policy %q", name)
-				}
+		for _, s := range seeds {
+			for _, p := range mk(l, s) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -286,19 +315,7 @@ func TestExplore(t *testing.T) {
 	}
 	wg.Wait()
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].OfferedLoad < runs[j].OfferedLoad })
-	means := map[[2]any]Result{}
-	spreads := Means(runs)
-	for _, s := range spreads {
-		means[[2]any{s.Mean.Policy, s.Mean.OfferedLoad}] = s.Mean
-	}
-	rel := func(a, b float64) float64 { return (a - b) / b * 100 }
-	for _, s := range spreads {
-		r := s.Mean
-		ff, bf := means[[2]any{"first-fit", r.OfferedLoad}], means[[2]any{"best-fit", r.OfferedLoad}]
-		t.Logf("load %.1f %-12s fragmentation %.4f [%.4f-%.4f] (%+5.1f%% vs first-fit, %+5.1f%% vs best-fit) unusable/fleet %.5f (%+5.1f%%, %+5.1f%%) served 4 %.3f 8 %.3f NUMA-local when feasible %.4f util %.4f",
-			r.OfferedLoad, r.Policy, r.Fragmentation, s.FragMin, s.FragMax, rel(r.Fragmentation, ff.Fragmentation), rel(r.Fragmentation, bf.Fragmentation),
-			r.Unusable, rel(r.Unusable, ff.Unusable), rel(r.Unusable, bf.Unusable), r.Served4, r.Served8, r.NUMALocalFeasible, r.Utilization)
-	}
+	return runs
 }
 
 // search tries n random weightings on a 200-node fleet at load 1.1 (seeds 1 and 2) and prints

@@ -2,7 +2,6 @@ package placement
 
 import (
 	"container/heap"
-	"math"
 	"math/bits"
 	"math/rand"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/gpuaas/gpuaas/internal/sched"
 )
 
 // A learned-value exploration (2026-11-25; docs/performance.md, "Learned node values"):
@@ -84,116 +81,27 @@ func freeKey(m uint8) int {
 }
 
 type vpol struct {
-	name    string
-	t       *valueTable
-	windows bool
-	span    int
-	jobs    map[int][]uint8
-	unseen  int
+	occupants
+	name string
+	t    *valueTable
 }
 
 func (v *vpol) Name() string { return v.name }
 
 func (v *vpol) value(k int, free uint8) float64 {
-	if v.t == nil || v.t.seen[k] < 20 {
-		v.unseen++
+	if v.t.seen[k] < 20 {
 		return v.t.fb[freeKey(free)]
 	}
 	return v.t.h[k]
 }
 
 func (v *vpol) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
-	order := c.bestFitOrder(size)
-	if v.windows {
-		span := sched.WindowNodes
-		if v.span > 0 {
-			span = v.span
+	return v.occupants.place(c, size, func(m uint8, live []uint8) func(t uint8) float64 {
+		base := v.value(stateKey(live), m)
+		return func(t uint8) float64 {
+			return v.value(stateKey(append(append([]uint8{}, live...), t)), m&^t) - base
 		}
-		var n int
-		var slots []int
-		var ok bool
-		if c.windows(size, span, order, func(win []int) bool {
-			n, slots, ok = v.placeOn(c, size, win)
-			if ok && size < slotsPerNode && !singleGroup(slots) {
-				v.jobs[n] = v.jobs[n][:len(v.jobs[n])-1]
-				return false
-			}
-			return ok
-		}) {
-			return n, slots, ok
-		}
-	}
-	return v.placeOn(c, size, order)
-}
-
-func (v *vpol) placeOn(c *Cluster, size int, nodes []int) (int, []int, bool) {
-	bestNode, bestTake := -1, uint8(0)
-	var bestKey [3]float64
-	for _, n := range nodes {
-		var m uint8
-		for s, u := range c.used[n] {
-			if !u {
-				m |= 1 << s
-			}
-		}
-		if bits.OnesCount8(m) < size {
-			continue
-		}
-		live := v.jobs[n][:0]
-		for _, j := range v.jobs[n] {
-			if j&m == 0 {
-				live = append(live, j)
-			}
-		}
-		v.jobs[n] = live
-		var base float64
-		if v.t != nil {
-			base = v.value(stateKey(live), m)
-		}
-		for _, t := range maskOptions(m, size) {
-			score := 0.0
-			if v.t != nil {
-				score = v.value(stateKey(append(append([]uint8{}, live...), t)), m&^t) - base
-			}
-			span := 0.0
-			if t&0x0f != 0 && t&0xf0 != 0 && size < slotsPerNode {
-				span = 1
-			}
-			k := [3]float64{span, score, float64(bits.OnesCount8(m))}
-			if bestNode < 0 || k[0] < bestKey[0] || k[0] == bestKey[0] && (k[1] < bestKey[1]-1e-9 || math.Abs(k[1]-bestKey[1]) <= 1e-9 && k[2] < bestKey[2]) {
-				bestNode, bestTake, bestKey = n, t, k
-			}
-		}
-	}
-	if bestNode < 0 {
-		return 0, nil, false
-	}
-	v.jobs[bestNode] = append(v.jobs[bestNode], bestTake)
-	var slots []int
-	for s := range slotsPerNode {
-		if bestTake&(1<<s) != 0 {
-			slots = append(slots, s)
-		}
-	}
-	return bestNode, slots, true
-}
-
-type liveJob struct {
-	end  float64
-	node int
-	mask uint8
-}
-type liveHeap []liveJob
-
-func (d liveHeap) Len() int           { return len(d) }
-func (d liveHeap) Less(i, j int) bool { return d[i].end < d[j].end }
-func (d liveHeap) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
-func (d *liveHeap) Push(x any)        { *d = append(*d, x.(liveJob)) }
-func (d *liveHeap) Pop() any {
-	old := *d
-	r := old[len(old)-1]
-	*d = old[:len(old)-1]
-	return r
+	})
 }
 
 type seg struct {
@@ -207,18 +115,12 @@ func train(p Placer, nodes, events int, load float64, seed int64, trans *chain) 
 	c := NewCluster(nodes)
 	rng := rand.New(rand.NewSource(seed + 1))
 	ev := workload(nodes, events, load, seed)
-	live := &liveHeap{}
+	live := &departures{}
 	jobs := make([][]uint8, nodes)
 	segs := make([][]seg, nodes)
 	now := 0.0
 	record := func(n int) {
-		var m uint8
-		for s, u := range c.used[n] {
-			if !u {
-				m |= 1 << s
-			}
-		}
-		segs[n] = append(segs[n], seg{now, stateKey(jobs[n]), float64(maskUnusable(m))})
+		segs[n] = append(segs[n], seg{now, stateKey(jobs[n]), float64(maskUnusable(freeMask(c, n)))})
 	}
 	for n := range nodes {
 		record(n)
@@ -226,15 +128,15 @@ func train(p Placer, nodes, events int, load float64, seed int64, trans *chain) 
 	for _, e := range ev {
 		now += e.gap
 		for live.Len() > 0 && (*live)[0].end <= now {
-			r := heap.Pop(live).(liveJob)
-			for s := range slotsPerNode {
-				if r.mask&(1<<s) != 0 {
-					c.used[r.node][s] = false
-				}
+			r := heap.Pop(live).(running)
+			var mask uint8
+			for _, s := range r.slots {
+				c.used[r.node][s] = false
+				mask |= 1 << s
 			}
 			js := jobs[r.node]
 			for i, j := range js {
-				if j == r.mask {
+				if j == mask {
 					jobs[r.node] = append(js[:i:i], js[i+1:]...)
 					break
 				}
@@ -251,7 +153,7 @@ func train(p Placer, nodes, events int, load float64, seed int64, trans *chain) 
 			m |= 1 << s
 		}
 		jobs[n] = append(jobs[n], m)
-		heap.Push(live, liveJob{now + e.lifetime, n, m})
+		heap.Push(live, running{end: now + e.lifetime, node: n, slots: slots})
 		record(n)
 	}
 	end := now
@@ -300,53 +202,28 @@ func TestExploreValue(t *testing.T) {
 	for it := 0; it < iters; it++ {
 		table = learnChain(gen, nodes, trainLoads, trainSeeds)
 		tb := table
-		gen = func() Placer { return &vpol{name: "v", t: tb, jobs: map[int][]uint8{}} }
+		gen = func() Placer { return &vpol{name: "v", t: tb} }
 		known := 0
 		for _, c := range table.seen {
 			if c >= 20 {
 				known++
 			}
 		}
-		// evaluate
-		type row struct{ load, bf, ours, v, vu, bfu, ou, s8v, s8b, utv, utb float64 }
-		var rows []row
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 4)
-		for _, l := range evalLoads {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				var r row
-				r.load = l
-				for _, s := range evalSeeds {
-					b := Churn(bestFit{}, nodes, nodes*20, l, s)
-					o := Churn(Ours{}, nodes, nodes*20, l, s)
-					v := Churn(&vpol{name: "v", t: tb, jobs: map[int][]uint8{}, windows: windows, span: span}, nodes, nodes*20, l, s)
-					r.bf += b.Fragmentation
-					r.ours += o.Fragmentation
-					r.v += v.Fragmentation
-					r.bfu += b.Unusable
-					r.ou += o.Unusable
-					r.vu += v.Unusable
-					r.s8v += v.Served8 / float64(len(evalSeeds))
-					r.s8b += b.Served8 / float64(len(evalSeeds))
-					r.utv += v.Utilization / float64(len(evalSeeds))
-					r.utb += b.Utilization / float64(len(evalSeeds))
-				}
-				mu.Lock()
-				rows = append(rows, r)
-				mu.Unlock()
-			}()
+		// evaluate: best-fit, production and the candidate on the same sequences
+		runs := churnEach(nodes, nodes*20, evalLoads, evalSeeds, func(float64, int64) []Placer {
+			return []Placer{bestFit{}, Ours{}, &vpol{name: "value", t: tb, occupants: occupants{windows: windows, span: span}}}
+		})
+		means := map[[2]any]Result{}
+		for _, sp := range Means(runs) {
+			means[[2]any{sp.Mean.Policy, sp.Mean.OfferedLoad}] = sp.Mean
 		}
-		wg.Wait()
-		sort.Slice(rows, func(i, j int) bool { return rows[i].load < rows[j].load })
-		t.Logf("iteration %d: %d known states", it, known)
-		for _, r := range rows {
-			t.Logf("  load %.1f share vs BF: gpuaas %+6.1f%% value %+6.1f%% | fleet vs BF: gpuaas %+6.1f%% value %+6.1f%% | served8 %.3f/%.3f util %.4f/%.4f",
-				r.load, (r.ours-r.bf)/r.bf*100, (r.v-r.bf)/r.bf*100, (r.ou-r.bfu)/r.bfu*100, (r.vu-r.bfu)/r.bfu*100, r.s8v, r.s8b, r.utv, r.utb)
+		rel := func(a, b float64) float64 { return (a - b) / b * 100 }
+		t.Logf("iteration %d: %d states seen 20 times or more", it, known)
+		for _, l := range evalLoads {
+			bf, o, v := means[[2]any{"best-fit", l}], means[[2]any{"gpuaas", l}], means[[2]any{"value", l}]
+			t.Logf("  load %.1f share vs best-fit: gpuaas %+6.1f%% value %+6.1f%% | over the fleet: gpuaas %+6.1f%% value %+6.1f%% | served 8 %.3f (best-fit %.3f) util %.4f (%.4f)",
+				l, rel(o.Fragmentation, bf.Fragmentation), rel(v.Fragmentation, bf.Fragmentation), rel(o.Unusable, bf.Unusable), rel(v.Unusable, bf.Unusable),
+				v.Served8, bf.Served8, v.Utilization, bf.Utilization)
 		}
 	}
 }
