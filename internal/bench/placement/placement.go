@@ -99,27 +99,31 @@ func (c *Cluster) largestGroup(n int) int {
 }
 
 // fits reports whether size GPUs can be placed on node n under the product's topology policy
-// (4 GPUs within one NUMA group, 8 GPUs a whole node, 1-2 anywhere).
+// (4 GPUs within one NUMA group, 8 GPUs a whole node, 1-2 anywhere). It counts in place: the
+// baselines ask it of every node for every request.
 func (c *Cluster) fits(n, size int) bool {
-	f := c.free(n)
+	var perGroup [slotsPerNode / groupSize]int
+	for s, u := range c.used[n] {
+		if !u {
+			perGroup[s/groupSize]++
+		}
+	}
+	free := 0
+	for _, k := range perGroup {
+		free += k
+	}
 	switch size {
 	case 8:
-		return len(f) == slotsPerNode
+		return free == slotsPerNode
 	case 4:
-		for g := 0; g < slotsPerNode/groupSize; g++ {
-			k := 0
-			for _, s := range f {
-				if s/groupSize == g {
-					k++
-				}
-			}
+		for _, k := range perGroup {
 			if k >= 4 {
 				return true
 			}
 		}
 		return false
 	}
-	return len(f) >= size
+	return free >= size
 }
 
 // groupFits reports whether some node has size free slots in one NUMA group.
@@ -265,7 +269,7 @@ func (bestFit) Name() string { return "best-fit" }
 func (bestFit) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
 	best, bestFree := -1, math.MaxInt
 	for n := range c.used {
-		if f := len(c.free(n)); c.fits(n, size) && f < bestFree {
+		if f := c.freeCount(n); f < bestFree && c.fits(n, size) {
 			best, bestFree = n, f
 		}
 	}
@@ -476,7 +480,7 @@ func singleGroup(slots []int) bool {
 func utilization(c *Cluster) float64 {
 	used := 0
 	for n := range c.used {
-		used += slotsPerNode - len(c.free(n))
+		used += slotsPerNode - c.freeCount(n)
 	}
 	return float64(used) / float64(len(c.used)*slotsPerNode)
 }
@@ -496,7 +500,7 @@ func Fragmentation(c *Cluster) float64 {
 // the request mix, and the number of free GPUs.
 func unusableFree(c *Cluster) (unusable float64, free int) {
 	for n := range c.used {
-		f := len(c.free(n))
+		f := c.freeCount(n)
 		if f == 0 {
 			continue
 		}

@@ -34,7 +34,7 @@ func main() {
 	events := flag.Int("events", 20000, "placement simulation: requests per offered load")
 	quick := flag.Bool("quick", false, "the day-to-day subset: smaller fleets, shorter runs")
 	seed := flag.Int64("seed", 1, "random seed (the same request sequence for every policy)")
-	seeds := flag.Int("seeds", 3, "placement simulation: request sequences per offered load (seeds seed, seed+1, ...); results are means with the spread")
+	seeds := flag.Int("seeds", 8, "placement simulation: request sequences per offered load (seeds seed, seed+1, ...); results are means with the spread (one sequence swings a comparison by +-5 points)")
 	only := flag.String("only", "placement,api,fanout,provision", "suites to run, comma-separated")
 	bin := flag.String("bin", "bin", "directory holding the built gpuaas binaries")
 	profile := flag.Bool("profile", false, "save CPU profiles of the controller under the output directory")
