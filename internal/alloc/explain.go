@@ -169,6 +169,7 @@ func simulate(nodes []sched.Node, n int, policy sched.Policy) int {
 			}
 			nodes[i].FreeSlots = kept
 			nodes[i].ClaimedSlots += len(best.SlotIDs)
+			nodes[i].Allocations++
 		}
 	}
 }

@@ -151,7 +151,7 @@ func buildNodes(cands []store.CandidateSlot, topo map[string]store.NodeTopology)
 		if !ok {
 			t := topo[c.NodeID]
 			nodes = append(nodes, sched.Node{ID: c.NodeID, Name: c.NodeName, GroupSize: t.GroupSize,
-				ApprovedSlots: t.ApprovedSlots, ClaimedSlots: t.ClaimedSlots})
+				ApprovedSlots: t.ApprovedSlots, ClaimedSlots: t.ClaimedSlots, Allocations: t.Allocations})
 			i = len(nodes) - 1
 			idx[c.NodeID] = i
 		}

@@ -22,6 +22,7 @@ type testBundle struct {
 	t      *testing.T
 	ctx    context.Context
 	st     *store.Store
+	url    string // the test database, for reading what the service API does not show
 	svc    *alloc.Service
 	clock  *fakeClock
 	tenant alloc.Actor
@@ -46,14 +47,15 @@ func setupStore(t *testing.T, cfg alloc.Config, opts store.Options) *testBundle 
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), opts)
+	url := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
 	clock := &fakeClock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
 	cfg.Now = clock.Now
-	b := &testBundle{t: t, ctx: ctx, st: st, svc: alloc.New(st, cfg), clock: clock,
+	b := &testBundle{t: t, ctx: ctx, st: st, url: url, svc: alloc.New(st, cfg), clock: clock,
 		admin: alloc.Actor{TokenID: "admin-token", Name: "admin", Role: "admin"}}
 	var t1, t2 apiv1.Tenant
 	b.tx(func(tx *store.Tx) error {

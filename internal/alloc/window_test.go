@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/jackc/pgx/v5"
 )
 
 // With a fresh capacity hint, placement reads best-fit windows of nodes; the result is the
@@ -224,6 +225,61 @@ func TestCreateWhoseInsertConflictsPlacesElsewhere(t *testing.T) {
 		if s.Status != "available" {
 			t.Fatalf("%s slot %d is %s after the create that conflicted there", first, s.SlotIndex, s.Status)
 		}
+	}
+	b.invariants()
+}
+
+// Among nodes equally tight for a request, the best-fit windows (nodes.slice_allocations, kept
+// by the capacity refresh) and the ranking both prefer the node holding more live allocations,
+// even past the first window in name order: small allocations packed together free whole
+// groups when they leave together.
+func TestWindowsPreferNodesWithMoreAllocations(t *testing.T) {
+	b := setup(t)
+	many := b.addNode("z-many", 70)
+	for range 7 {
+		if node, _ := b.placed(b.mustCreate(1)); node != "z-many" {
+			t.Fatalf("1 GPU went to %s with z-many the only node", node)
+		}
+	}
+	// Ten nodes named before z-many, each with 1 free slot like it, held by one allocation
+	// (4 GPUs) and three disabled slots: in slice mode too, one allocation against seven.
+	for i := range 10 {
+		n := b.addNode(fmt.Sprintf("a%02d", i), 71+i)
+		b.refreshCapacity()
+		if node, idx := b.placed(b.mustCreate(4)); node != n.Name || fmt.Sprint(idx) != "[0 1 2 3]" {
+			t.Fatalf("4 GPUs went to %s %v, want %s [0 1 2 3]", node, idx, n.Name)
+		}
+		b.disable(n, 4, 5, 6)
+	}
+	b.refreshCapacity()
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	hints := func() string {
+		t.Helper()
+		var out string
+		err := conn.QueryRow(b.ctx, `SELECT string_agg(name || '=' || slice_allocations, ' ' ORDER BY name) FROM nodes
+			WHERE name IN ('a00', 'a01', 'z-many')`).Scan(&out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := hints(); got != "a00=1 a01=1 z-many=7" {
+		t.Fatalf("allocation hints %s", got)
+	}
+	if node, idx := b.placed(b.mustCreate(1)); node != many.Name || fmt.Sprint(idx) != "[7]" {
+		t.Fatalf("1 GPU went to %s %v, want z-many [7], the equally tight node with the most allocations", node, idx)
+	}
+	// The next goes to the first of the equal ones by name.
+	if node, idx := b.placed(b.mustCreate(1)); node != "a00" || fmt.Sprint(idx) != "[7]" {
+		t.Fatalf("1 GPU went to %s %v, want a00 [7]", node, idx)
+	}
+	b.refreshCapacity()
+	if got := hints(); got != "a00=2 a01=1 z-many=8" {
+		t.Fatalf("allocation hints after two more %s", got)
 	}
 	b.invariants()
 }

@@ -47,7 +47,8 @@ const (
 
 // The controller does not rank the whole fleet for a reservation: it ranks best-fit windows
 // (the WindowNodes placeable nodes with the fewest available slots that could hold the
-// request, then the next WindowNodes), and ranks every candidate only after
+// request, equally tight ones holding the most live allocations first, then the next
+// WindowNodes), and ranks every candidate only after
 // WindowsBeforeFullScan windows yield nothing. internal/alloc walks the windows; the placement
 // benchmark walks them the same way, so the policy it measures is the one in production.
 const (
@@ -104,6 +105,12 @@ type Node struct {
 	GroupSize     map[int]int // NUMA node -> approved slots in that group
 	ApprovedSlots int         // approved gpu_slice slots on the node
 	ClaimedSlots  int         // slots held by live claims: > 0 means the node is in slice mode
+	// Allocations is how many live allocations hold slots on the node. Among choices equal on
+	// every criterion but the deterministic tie-breakers, the node with more of them comes
+	// first: small allocations packed together free whole groups when they leave together,
+	// where spread over equal nodes each departure leaves a hole of its own
+	// (docs/performance.md, "Allocations on the node").
+	Allocations int
 }
 
 // Request asks for GPUs slots on one node.
@@ -151,7 +158,7 @@ type Choice struct {
 	Reason             string
 	// Tier numbers the choices' ranking classes, best first: choices with the same Tier are
 	// equally good by the policy and differ only in the deterministic tie-breakers (slot
-	// index, node name, id). Concurrent schedulers spread over a tier (SpreadTies) instead of
+	// index, live allocations on the node, node name, id). Concurrent schedulers spread over a tier (SpreadTies) instead of
 	// all racing for its first choice.
 	Tier int
 }
@@ -245,6 +252,7 @@ type ranked struct {
 	gpus   int  // slots requested, for its reason
 	frag   int  // FragmentationDelta in mix weight x slots, exact for ranking
 	total  int  // the mix's total weight, to print frag as a share
+	allocs int  // Node.Allocations
 }
 
 type kind int
@@ -531,7 +539,7 @@ func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int) 
 	}
 	c.GroupRemainder = groupFree - len(ps)
 	c.FragmentationDelta = float64(frag) / float64(total)
-	return ranked{Choice: c, groups: len(used), kind: k, gpus: n, frag: frag, total: total}
+	return ranked{Choice: c, groups: len(used), kind: k, gpus: n, frag: frag, total: total, allocs: nd.Allocations}
 }
 
 // reason is one sentence naming what the choice is and the ranking facts behind its place,
@@ -700,7 +708,7 @@ func SpreadTies(choices []Choice, intn func(int) int) []Choice {
 
 // less is the ranking: single NUMA, slice-mode node, smallest fragmentation change,
 // fragmented group, best fit in group, best fit on node, fewest groups, first slot index,
-// node name, node id; slot ids last so the order is total.
+// most live allocations on the node, node name, node id; slot ids last so the order is total.
 func less(a, b *ranked) bool {
 	if a.SingleNUMA != b.SingleNUMA {
 		return a.SingleNUMA
@@ -725,6 +733,9 @@ func less(a, b *ranked) bool {
 	}
 	if a.SlotIndexes[0] != b.SlotIndexes[0] {
 		return a.SlotIndexes[0] < b.SlotIndexes[0]
+	}
+	if a.allocs != b.allocs {
+		return a.allocs > b.allocs
 	}
 	if a.NodeName != b.NodeName {
 		return a.NodeName < b.NodeName

@@ -983,3 +983,32 @@ func TestWindowGroupNeverHidesASettlingNode(t *testing.T) {
 		t.Fatalf("only %d of 3000 random cases settled: the test checks too little", settling)
 	}
 }
+
+// Among choices equal on every ranked criterion, the node holding more live allocations comes
+// first, ahead of the name; it never outranks a better fit, and it stays a tie-breaker (the
+// tier is unchanged, so concurrent creates still spread over it).
+func TestMoreAllocationsBreakTies(t *testing.T) {
+	withAllocs := func(n Node, k int) Node { n.Allocations = k; return n }
+	// Both nodes: one free slot in group 1, the other seven held (by 3 allocations on "a", by
+	// 7 on "b"); a 1-GPU request fills either hole alike.
+	a := withAllocs(node("a", 7, 7), 3)
+	b := withAllocs(node("b", 7, 7), 7)
+	out := PlaceSlice(Request{GPUs: 1}, []Node{a, b})
+	if got := shorts(out); !slices.Equal(got, []string{"b:7", "a:7"}) {
+		t.Fatalf("order %v, want the node with more allocations first", got)
+	}
+	if out.Choices[0].Tier != out.Choices[1].Tier {
+		t.Fatalf("allocations made a tier of their own: %v", out.Choices)
+	}
+	// Equal allocations: the name decides, as before.
+	out = PlaceSlice(Request{GPUs: 1}, []Node{withAllocs(b, 3), a})
+	if got := shorts(out); !slices.Equal(got, []string{"a:7", "b:7"}) {
+		t.Fatalf("order %v, want name order when allocations are equal", got)
+	}
+	// A tighter fit beats more allocations.
+	loose := withAllocs(node("loose", 5, 5, 6, 7), 5)
+	out = PlaceSlice(Request{GPUs: 1}, []Node{loose, a})
+	if got := shorts(out)[0]; got != "a:7" {
+		t.Fatalf("best %s, want the tighter node a:7 over the one with more allocations", got)
+	}
+}

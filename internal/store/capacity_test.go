@@ -46,7 +46,7 @@ func window(t *testing.T, st *store.Store, gpus int, after *store.WindowKey, lim
 }
 
 // The best-fit hint follows slot changes only through a refresh, recounts only the nodes that
-// changed, and orders windows by fewest available slots, then name.
+// changed, and orders windows by fewest available slots, then (no allocations here) name.
 func TestCapacityHintAndWindows(t *testing.T) {
 	st, _ := open(t)
 	ctx := context.Background()

@@ -6,5 +6,8 @@ var WindowSQL = windowSQL
 // RefreshCapacitySQL lets tests EXPLAIN the capacity refresh.
 const RefreshCapacitySQL = refreshCapacitySQL
 
-// FirstWindowKey is where the first window of a request for gpus starts (WindowRequest.key).
-func FirstWindowKey(gpus int) WindowKey { return WindowRequest{GPUs: gpus}.key() }
+// FirstWindowArgs is WindowSQL's arguments for the first window of a request for gpus of sku
+// (any region and tenant, no heartbeat age), limit nodes, one group of group slots.
+func FirstWindowArgs(sku string, gpus, limit, group int) []any {
+	return WindowRequest{Query: PlacementQuery{SKU: sku}, GPUs: gpus, Limit: limit, Group: group}.sqlArgs()
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -113,10 +114,13 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 		ORDER BY n.name, s.slot_index`, pq.args()...)
 }
 
-// capacityOfN is node n's best-fit hints as a row (free, grp): its available slots, and the
-// most of them in one NUMA group, a slot of unknown NUMA node being a group of its own (as
-// internal/sched groups them). One read of the node's slots.
-const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 0)::int AS grp
+// capacityOfN is node n's best-fit hints as a row (free, grp, allocs): its available slots,
+// the most of them in one NUMA group, a slot of unknown NUMA node being a group of its own (as
+// internal/sched groups them), and the live allocations holding slots on it. One read of the
+// node's slots and one of its live claims (index claims_live_node).
+const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 0)::int AS grp,
+	  (SELECT count(DISTINCT c.allocation_id)::int FROM allocation_resource_claims c
+	   WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `) AS allocs
 	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available'
 	      GROUP BY s.numa_node, CASE WHEN s.numa_node IS NULL THEN s.id END) g)`
 
@@ -134,14 +138,15 @@ const lockNodesInOrder = `ORDER BY n.id FOR NO KEY UPDATE OF n`
 // refresh, every 10 ms under load (5,000 nodes: 730 buffers and 4 ms a refresh, against 330
 // and 1.3 ms; TestCapacityRefreshCostIgnoresFleetSize).
 const refreshCapacitySQL = `WITH d AS (DELETE FROM node_capacity_dirty RETURNING node_id),
-	locked AS MATERIALIZED (SELECT n.id, c.free, c.grp FROM nodes n, LATERAL ` + capacityOfN + ` c
-	      WHERE n.id = ANY (ARRAY(SELECT DISTINCT node_id FROM d)) AND (n.available_slots, n.group_available) <> (c.free, c.grp)
+	locked AS MATERIALIZED (SELECT n.id, c.free, c.grp, c.allocs FROM nodes n, LATERAL ` + capacityOfN + ` c
+	      WHERE n.id = ANY (ARRAY(SELECT DISTINCT node_id FROM d))
+	        AND (n.available_slots, n.group_available, n.slice_allocations) <> (c.free, c.grp, c.allocs)
 	      ` + lockNodesInOrder + `)
-	UPDATE nodes n SET available_slots = l.free, group_available = l.grp FROM locked l
+	UPDATE nodes n SET available_slots = l.free, group_available = l.grp, slice_allocations = l.allocs FROM locked l
 	WHERE n.id = ANY (ARRAY(SELECT id FROM locked)) AND n.id = l.id`
 
-// RefreshCapacity recounts the best-fit hints (available_slots, the nodes_best_fit index's
-// key, and group_available) of nodes whose slots changed since the last refresh and returns
+// RefreshCapacity recounts the best-fit hints (available_slots and slice_allocations, the
+// nodes_best_fit index's keys, and group_available) of nodes whose slots changed since the last refresh and returns
 // how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, refreshCapacitySQL)
@@ -153,25 +158,29 @@ func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 
 // WindowKey is where a best-fit node window ends; the next window starts after it.
 type WindowKey struct {
-	Available int
-	Name      string
+	Available   int
+	Allocations int // the node's live slice allocations (nodes.slice_allocations)
+	Name        string
 }
 
 // windowNodes is the best-fit window as two CTEs: start, the first node after the key ($6,
-// $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
+// $10, $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
 // WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
-// available_slots, name, and fits: whether its largest group has $9). $1-$4 are
-// PlacementQuery.args(), $5 the GPUs. Only the nodes that fit are read further, so a window
-// spans the same best-fit positions a window of every node would, from the first node that
-// could settle the request, and ranks the same nodes that could (the policy the placement
-// benchmark measures), while a run of nodes that cannot (2 + 2 free for a 4-GPU request) costs
-// index entries, not slot reads and windows.
-const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, n.name ` + windowFrom + `
-		  AND n.group_available >= $9 AND (n.available_slots, n.name) > ($6, $7)
-		ORDER BY n.available_slots, n.name LIMIT 1),
-	win AS MATERIALIZED (SELECT w.* FROM start f, LATERAL (SELECT n.id, n.available_slots, n.name, n.group_available >= $9 AS fits ` + windowFrom + `
-		  AND (n.available_slots, n.name) >= (f.available_slots, f.name)
-		ORDER BY n.available_slots, n.name LIMIT $8) w)`
+// available_slots, neg_allocs, name, and fits: whether its largest group has $9). Best-fit
+// order is fewest available slots, then most live slice allocations (neg_allocs, their count
+// negated: the nodes_best_fit index's key), then name. $1-$4 are PlacementQuery.args(), $5
+// the GPUs. Only the nodes that fit are read further, so a window spans the same best-fit
+// positions a window of every node would, from the first node that could settle the request,
+// and ranks the same nodes that could (the policy the placement benchmark measures), while a
+// run of nodes that cannot (2 + 2 free for a 4-GPU request) costs index entries, not slot
+// reads and windows.
+const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, -n.slice_allocations AS neg_allocs, n.name ` + windowFrom + `
+		  AND n.group_available >= $9 AND (n.available_slots, -n.slice_allocations, n.name) > ($6, $10, $7)
+		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT 1),
+	win AS MATERIALIZED (SELECT w.* FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name,
+		         n.group_available >= $9 AS fits ` + windowFrom + `
+		  AND (n.available_slots, -n.slice_allocations, n.name) >= (f.available_slots, f.neg_allocs, f.name)
+		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w)`
 
 const windowFrom = `FROM nodes n
 		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
@@ -197,7 +206,7 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts
 		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win WHERE fits)) OFFSET 0) n
 		WHERE NOT n.draining AND `+nodeOK+`),
-	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_live_node
+	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address, c.allocation_id FROM allocation_resource_claims c -- index claims_live_node
 		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
 	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status,
 		         s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled' AS slice,
@@ -206,11 +215,12 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id),
 	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
 		UNION ALL SELECT node_id, fabric_vf_pci_address FROM live WHERE fabric_vf_pci_address <> ''),
-	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n FROM live GROUP BY node_id)
-	SELECT w.id::text, w.available_slots, w.name, w.fits, s.id::text, s.slot_index, coalesce(s.numa_node, -1), coalesce(cl.n, 0),
+	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT allocation_id) AS a FROM live GROUP BY node_id)
+	SELECT w.id::text, w.available_slots, w.neg_allocs, w.name, w.fits, s.id::text, s.slot_index, coalesce(s.numa_node, -1),
+	       coalesce(cl.n, 0), coalesce(cl.a, 0),
 	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf)
 	FROM win w LEFT JOIN slots s ON s.node_id = w.id AND s.slice LEFT JOIN claimed cl ON cl.node_id = w.id
-	ORDER BY w.available_slots, w.name, s.slot_index`, probeFence, "OFFSET 0")
+	ORDER BY w.available_slots, w.neg_allocs, w.name, s.slot_index`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
@@ -230,7 +240,7 @@ type Window struct {
 // SliceWindow reads a best-fit window, its candidates and their topology in one round trip:
 // up to w.Limit placeable nodes of the query's slice SKU with at least w.GPUs available slots
 // and w.Group of them in one NUMA group (both hints, as of the last refresh), best fit first
-// (fewest available slots, then name), after w.After (nil: from the start), read
+// (fewest available slots, then most live slice allocations, then name), after w.After (nil: from the start), read
 // through the nodes_best_fit index so the cost does not grow with the fleet; then the full
 // slot filter and NodeTopology on those nodes (the later statements re-select the window by
 // index). Nodes whose slots override the SKU are not found here: callers fall back to
@@ -260,11 +270,16 @@ type WindowRequest struct {
 
 // queue appends the window's statements to b.
 func (w WindowRequest) queue(b *pgx.Batch) {
-	k := w.key()
 	// The statement runs with a different window every time: a generic plan saves the
 	// planner's milliseconds on each reservation (its best plan does not depend on values).
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(windowSQL, append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group)...)
+	b.Queue(windowSQL, w.sqlArgs()...)
+}
+
+// sqlArgs is windowSQL's arguments ($1-$10).
+func (w WindowRequest) sqlArgs() []any {
+	k := w.key()
+	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations)
 }
 
 func (w WindowRequest) key() WindowKey {
@@ -275,8 +290,8 @@ func (w WindowRequest) key() WindowKey {
 	// fleet the full and nearly full nodes sort first, and a start of -1 walked their index
 	// entries on every create (3,000 full nodes: 36 buffers and 0.4 ms a window, 7 buffers and
 	// 0.03 ms from here). Node names are never empty (migration 001), so (GPUs, "") precedes
-	// every node with GPUs or more available slots.
-	return WindowKey{Available: w.GPUs}
+	// every node with GPUs or more available slots; and no node holds MaxInt32 allocations.
+	return WindowKey{Available: w.GPUs, Allocations: math.MaxInt32}
 }
 
 // read reads the results of the statements queue appended. Candidates come ordered by node
@@ -299,12 +314,14 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 		slotID     pgtype.Text
 		slotIndex  pgtype.Int4
 		numa       pgtype.Int4
+		negAllocs  int
 		claimed    pgtype.Int8
+		allocs     pgtype.Int8
 		candidate  pgtype.Bool
 		fits       bool
 	)
 	for rows.Next() {
-		if err := rows.Scan(&node, &avail, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &candidate); err != nil {
+		if err := rows.Scan(&node, &avail, &negAllocs, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &allocs, &candidate); err != nil {
 			return win, translate(err)
 		}
 		nt, seen := win.Topology[node.String]
@@ -314,12 +331,13 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 			if fits {
 				win.Read = append(win.Read, node.String)
 			}
-			win.Next = WindowKey{Available: avail, Name: name.String}
+			win.Next = WindowKey{Available: avail, Allocations: -negAllocs, Name: name.String}
 		}
-		if slotID.Valid && slotIndex.Valid && numa.Valid && claimed.Valid && candidate.Valid {
+		if slotID.Valid && slotIndex.Valid && numa.Valid && claimed.Valid && allocs.Valid && candidate.Valid {
 			nt.GroupSize[int(numa.Int32)]++
 			nt.ApprovedSlots++
 			nt.ClaimedSlots = int(claimed.Int64)
+			nt.Allocations = int(allocs.Int64)
 			if candidate.Bool {
 				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node.String, NodeName: name.String,
 					SlotID: slotID.String, SlotIndex: int(slotIndex.Int32), NUMANode: int(numa.Int32)})
@@ -371,6 +389,7 @@ type NodeTopology struct {
 	GroupSize     map[int]int // NUMA node (-1 unknown) -> approved slots
 	ApprovedSlots int
 	ClaimedSlots  int
+	Allocations   int // live allocations holding slot claims on the node
 }
 
 // NodeTopologies returns approved-slot topology and live slot-claim counts per node.
@@ -396,13 +415,14 @@ func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[strin
 }
 
 // topologySQL reads the NodeTopology of the nodes in the uuid array expression nodes in one
-// query: approved slots per NUMA group (kind 0), then live slot claims (kind 1).
+// query: approved slots per NUMA group (kind 0), then live slot claims and the allocations
+// holding them (kind 1, the count of allocations in the third column).
 func topologySQL(nodes string) string {
 	return `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
 		WHERE node_id = ANY(` + nodes + `) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
 		GROUP BY 2, 3
 		UNION ALL
-		SELECT 1, node_id::text, 0, count(*) FROM allocation_resource_claims
+		SELECT 1, node_id::text, count(DISTINCT allocation_id)::int, count(*) FROM allocation_resource_claims
 		WHERE node_id = ANY(` + nodes + `) AND claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY 2`
 }
 
@@ -410,7 +430,7 @@ func topologySQL(nodes string) string {
 func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 	defer rows.Close()
 	for rows.Next() {
-		var kind, numa, c int
+		var kind, numa, c int // kind 1: numa is the allocations' count
 		var id string
 		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
 			return translate(err)
@@ -423,7 +443,7 @@ func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 			nt.GroupSize[numa] += c
 			nt.ApprovedSlots += c
 		} else {
-			nt.ClaimedSlots = c
+			nt.ClaimedSlots, nt.Allocations = c, numa
 		}
 		out[id] = nt
 	}

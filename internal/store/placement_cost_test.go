@@ -26,9 +26,8 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 		t.Fatal(err)
 	}
 	var plan []byte
-	first := store.FirstWindowKey(1)
 	err = tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+store.WindowSQL,
-		"h200-sxm-slice", "", "", 0.0, 1, first.Available, first.Name, 8, 1).Scan(&plan)
+		store.FirstWindowArgs("h200-sxm-slice", 1, 8, 1)...).Scan(&plan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -275,14 +275,14 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 	return res, nil
 }
 
-// recountAvailable makes the node's best-fit hints (nodes.available_slots, group_available) exact in this
-// transaction. Operator changes to a node's slots (a slot map applied, a slot enabled or
+// recountAvailable makes the node's best-fit hints (nodes.available_slots, group_available,
+// slice_allocations) exact in this transaction. Operator changes to a node's slots (a slot map applied, a slot enabled or
 // disabled) are rare, so they recount at once instead of leaving the change out of placement
 // windows until the next refresh (up to 250 ms, in which a request would be placed as if the
 // capacity were not there). Reservations and releases leave it to the refresh: they would
 // queue behind each other on the node row.
 func (t *Tx) recountAvailable(ctx context.Context, nodeID string) error {
-	_, err := t.tx.Exec(ctx, `UPDATE nodes n SET (available_slots, group_available) = (SELECT c.free, c.grp FROM `+capacityOfN+` c) WHERE n.id = $1`, nodeID)
+	_, err := t.tx.Exec(ctx, `UPDATE nodes n SET (available_slots, group_available, slice_allocations) = (SELECT c.free, c.grp, c.allocs FROM `+capacityOfN+` c) WHERE n.id = $1`, nodeID)
 	return translate(err)
 }
 

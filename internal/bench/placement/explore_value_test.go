@@ -131,9 +131,9 @@ func train(p Placer, nodes, events int, load float64, seed int64, trans *chain) 
 			r := heap.Pop(live).(running)
 			var mask uint8
 			for _, s := range r.slots {
-				c.used[r.node][s] = false
 				mask |= 1 << s
 			}
+			c.release(r.node, r.slots)
 			js := jobs[r.node]
 			for i, j := range js {
 				if j == mask {
@@ -149,9 +149,9 @@ func train(p Placer, nodes, events int, load float64, seed int64, trans *chain) 
 		}
 		var m uint8
 		for _, s := range slots {
-			c.used[n][s] = true
 			m |= 1 << s
 		}
+		c.take(n, slots)
 		jobs[n] = append(jobs[n], m)
 		heap.Push(live, running{end: now + e.lifetime, node: n, slots: slots})
 		record(n)

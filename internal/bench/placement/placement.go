@@ -43,6 +43,7 @@ func meanSize() float64 {
 // decision does not format thousands of strings).
 type Cluster struct {
 	used    [][]bool
+	allocs  []int      // live requests on each node (nodes.allocations)
 	ids     []string   // node id: its index
 	names   []string   // node name: n00000, so name order is index order
 	slotIDs [][]string // "node:slot"
@@ -50,7 +51,7 @@ type Cluster struct {
 
 // NewCluster is n empty nodes.
 func NewCluster(n int) *Cluster {
-	c := &Cluster{used: make([][]bool, n), ids: make([]string, n), names: make([]string, n), slotIDs: make([][]string, n)}
+	c := &Cluster{used: make([][]bool, n), allocs: make([]int, n), ids: make([]string, n), names: make([]string, n), slotIDs: make([][]string, n)}
 	for i := range c.used {
 		c.used[i] = make([]bool, slotsPerNode)
 		c.ids[i] = strconv.Itoa(i)
@@ -61,6 +62,22 @@ func NewCluster(n int) *Cluster {
 		}
 	}
 	return c
+}
+
+// take marks a placed request's slots in use.
+func (c *Cluster) take(n int, slots []int) {
+	for _, s := range slots {
+		c.used[n][s] = true
+	}
+	c.allocs[n]++
+}
+
+// release frees a departed request's slots.
+func (c *Cluster) release(n int, slots []int) {
+	for _, s := range slots {
+		c.used[n][s] = false
+	}
+	c.allocs[n]--
 }
 
 func (c *Cluster) freeCount(n int) int {
@@ -152,8 +169,9 @@ type Placer interface {
 
 // Ours is gpuaas's scheduler as the controller runs it (internal/alloc): sched.PlaceSlice with
 // the SKU's default topology policies over best-fit windows of sched.WindowNodes nodes (the
-// fewest free slots that can still hold the request, then name, from the first node with a
-// NUMA group of sched.WindowGroup free slots; only such nodes are ranked), the next window while one's
+// fewest free slots that can still hold the request, then most live requests, then name, from
+// the first node with a NUMA group of sched.WindowGroup free slots; only such nodes are
+// ranked), the next window while one's
 // ranking is not settled (nothing, or only spans), and every node after
 // sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
@@ -177,18 +195,20 @@ func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
 	return c.first(c.rank(size, order))
 }
 
-// bestFitOrder is the nodes with at least size free slots, fewest free first, then index
-// (= name): the order of the nodes_best_fit index.
+// bestFitOrder is the nodes with at least size free slots, fewest free first, then most live
+// requests, then index (= name): the order of the nodes_best_fit index.
 func (c *Cluster) bestFitOrder(size int) []int {
-	var byFree [slotsPerNode + 1][]int
+	var by [slotsPerNode + 1][slotsPerNode + 1][]int // free, live requests
 	for n := range c.used {
 		if f := c.freeCount(n); f >= size {
-			byFree[f] = append(byFree[f], n)
+			by[f][c.allocs[n]] = append(by[f][c.allocs[n]], n)
 		}
 	}
 	order := make([]int, 0, len(c.used))
 	for f := size; f <= slotsPerNode; f++ {
-		order = append(order, byFree[f]...)
+		for a := slotsPerNode; a >= 0; a-- {
+			order = append(order, by[f][a]...)
+		}
 	}
 	return order
 }
@@ -229,7 +249,7 @@ func (c *Cluster) rank(size int, nodes []int) sched.Outcome {
 	for _, n := range nodes {
 		f := c.free(n)
 		sn := sched.Node{ID: c.ids[n], Name: c.names[n], GroupSize: map[int]int{0: groupSize, 1: groupSize},
-			ApprovedSlots: slotsPerNode, ClaimedSlots: slotsPerNode - len(f), FreeSlots: make([]sched.Slot, len(f))}
+			ApprovedSlots: slotsPerNode, ClaimedSlots: slotsPerNode - len(f), FreeSlots: make([]sched.Slot, len(f)), Allocations: c.allocs[n]}
 		for i, s := range f {
 			sn.FreeSlots[i] = sched.Slot{ID: c.slotIDs[n][s], SlotIndex: s, NUMANode: s / groupSize}
 		}
@@ -407,9 +427,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 		// departures: every request that has ended by now (the order does not matter)
 		for live.Len() > 0 && (*live)[0].end <= now {
 			r := heap.Pop(live).(running)
-			for _, s := range r.slots {
-				c.used[r.node][s] = false
-			}
+			c.release(r.node, r.slots)
 		}
 		measure := i >= events/2
 		if measure {
@@ -421,9 +439,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 			firstRejection = utilization(c)
 		}
 		if ok {
-			for _, s := range slots {
-				c.used[n][s] = true
-			}
+			c.take(n, slots)
 			heap.Push(live, running{end: now + e.lifetime, node: n, slots: slots})
 			if measure {
 				served[e.size]++
@@ -524,9 +540,7 @@ func FillRatio(p Placer, nodes int, seed int64) float64 {
 		if !ok {
 			return utilization(c)
 		}
-		for _, s := range slots {
-			c.used[n][s] = true
-		}
+		c.take(n, slots)
 	}
 	return utilization(c)
 }

@@ -76,7 +76,7 @@ func TestDecisionCostRuns(t *testing.T) {
 // average, at least 20% fewer unusable free GPUs than first-fit and 10% fewer than best-fit
 // (this 100-node fleet; the 1,000-node report is the real measure), as a share of the free GPUs
 // and of the fleet, serves at least as many 4- and 8-GPU requests (together) as best-fit, and
-// keeps 2- and 4-GPU placements NUMA-local.
+// keeps 2- and 4-GPU placements NUMA-local whenever some node has one group with room.
 func TestOursFragmentsLess(t *testing.T) {
 	mean := map[string]Result{}
 	for _, s := range Means(Sweep(100, 4000, []float64{1.0}, []int64{1, 2, 3})) {
@@ -96,7 +96,8 @@ func TestOursFragmentsLess(t *testing.T) {
 	if 2*ours.Served4+ours.Served8 < 2*bf.Served4+bf.Served8 {
 		t.Errorf("served 4/8: gpuaas %.3f/%.3f, best-fit %.3f/%.3f", ours.Served4, ours.Served8, bf.Served4, bf.Served8)
 	}
-	if ours.NUMALocal != 1 || ours.NUMALocalFeasible != 1 {
+	// Spans only when no node has one group with room (at saturation, a few in ten thousand).
+	if ours.NUMALocalFeasible != 1 || ours.NUMALocal < 0.99 {
 		t.Errorf("NUMA-local %.4f, when feasible %.4f", ours.NUMALocal, ours.NUMALocalFeasible)
 	}
 }
