@@ -18,22 +18,33 @@ import (
 // and the screen is read with capture-pane.
 
 // tmuxStart starts `gpuaasctl ARGS...` in a detached tmux session named NAME (140x45) with
-// the script's environment, and stops the session when the script ends.
-// Usage: tmuxstart NAME ARGS...
+// the script's environment, and stops the session when the script ends. With -raw, the
+// program's output is a byte stream, not a terminal's: each byte that is not printable text
+// or a newline reaches the screen as '.', so that no byte of it can move the cursor or clear
+// the screen (a raw SSH stream's random key-exchange cookie once overwrote the banner the
+// script waited for).
+// Usage: tmuxstart [-raw] NAME ARGS...
 func tmuxStart(ts *testscript.TestScript, neg bool, args []string) {
+	raw := len(args) > 0 && args[0] == "-raw"
+	if raw {
+		args = args[1:]
+	}
 	if neg || len(args) < 2 {
-		ts.Fatalf("usage: tmuxstart NAME gpuaasctl-args...")
+		ts.Fatalf("usage: tmuxstart [-raw] NAME gpuaasctl-args...")
+	}
+	// The exit marker goes on a line of its own after CAN (0x18), which ends any escape
+	// sequence the program's last bytes left open: a raw SSH stream's binary key exchange
+	// once swallowed the marker's first letter.
+	run := "gpuaasctl " + strings.Join(args[1:], " ") + "; s=$?; printf '\030\n'; echo TUI-EXIT=$s"
+	if raw {
+		run = "{ gpuaasctl " + strings.Join(args[1:], " ") + "; s=$?; printf '\nTUI-EXIT=%s\n' $s; } | tr -c '[:print:]\n' ."
 	}
 	sock := tmuxSocket(ts)
 	tmuxArgs := []string{"-L", sock, "new-session", "-d", "-s", args[0], "-x", "140", "-y", "45"}
 	for _, k := range []string{"PATH", "HOME", "GPUAAS_SERVER", "GPUAAS_CA_FILE", "GPUAAS_TOKEN_FILE", "GPUAAS_TOKEN"} {
 		tmuxArgs = append(tmuxArgs, "-e", k+"="+ts.Getenv(k))
 	}
-	tmuxArgs = append(tmuxArgs, "-e", "TERM=xterm-256color", "-e", "NO_COLOR=",
-		// The exit marker goes on a line of its own after CAN (0x18), which ends any escape
-		// sequence the program's last bytes left open: a raw SSH stream's binary key exchange
-		// once swallowed the marker's first letter.
-		"gpuaasctl "+strings.Join(args[1:], " ")+"; s=$?; printf '\030\n'; echo TUI-EXIT=$s; sleep 600")
+	tmuxArgs = append(tmuxArgs, "-e", "TERM=xterm-256color", "-e", "NO_COLOR=", run+"; sleep 600")
 	if out, err := (hostfs.Exec{}).Run(context.Background(), "tmux", tmuxArgs...); err != nil {
 		ts.Fatalf("tmux new-session: %v %s", err, out)
 	}
