@@ -2,8 +2,9 @@
 -- live slice allocations (issue 9, placement quality). Small allocations packed onto the same
 -- nodes free whole NUMA groups when they leave together; spread over equal nodes, each
 -- departure leaves a hole of its own that 2-, 4- and 8-GPU requests cannot use. In the
--- placement benchmark (1,000 nodes, 24 request sequences) this ordering leaves fewer unusable
--- free GPUs at every offered load (docs/performance.md, "Allocations on the node").
+-- placement benchmark (1,000 nodes) this ordering leaves 2-3 points fewer unusable free GPUs
+-- against best-fit below saturation, and 1-3 points more at saturation (docs/performance.md,
+-- "Allocations on the node").
 -- nodes.slice_allocations is a hint kept by the same refresh as available_slots: the live
 -- allocations with slot claims on the node. The window orders by (available_slots,
 -- -slice_allocations, name); the exact count is read with the window's slots, in its snapshot.
