@@ -146,8 +146,8 @@ const refreshCapacitySQL = `WITH d AS (DELETE FROM node_capacity_dirty RETURNING
 	WHERE n.id = ANY (ARRAY(SELECT id FROM locked)) AND n.id = l.id`
 
 // RefreshCapacity recounts the best-fit hints (available_slots and slice_allocations, the
-// nodes_best_fit index's keys, and group_available) of nodes whose slots changed since the last refresh and returns
-// how many nodes it changed.
+// nodes_best_fit index's keys, and group_available) of nodes whose slots changed since the
+// last refresh and returns how many nodes it changed.
 func (s *Store) RefreshCapacity(ctx context.Context) (int, error) {
 	tag, err := s.pool.Exec(ctx, refreshCapacitySQL)
 	if err != nil {
@@ -240,8 +240,8 @@ type Window struct {
 // SliceWindow reads a best-fit window, its candidates and their topology in one round trip:
 // up to w.Limit placeable nodes of the query's slice SKU with at least w.GPUs available slots
 // and w.Group of them in one NUMA group (both hints, as of the last refresh), best fit first
-// (fewest available slots, then most live slice allocations, then name), after w.After (nil: from the start), read
-// through the nodes_best_fit index so the cost does not grow with the fleet; then the full
+// (fewest available slots, then most live slice allocations, then name), after w.After (nil:
+// from the start), read through the nodes_best_fit index so the cost does not grow with the fleet; then the full
 // slot filter and NodeTopology on those nodes (the later statements re-select the window by
 // index). Nodes whose slots override the SKU are not found here: callers fall back to
 // SliceCandidates when the windows yield nothing.
@@ -430,9 +430,9 @@ func topologySQL(nodes string) string {
 func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 	defer rows.Close()
 	for rows.Next() {
-		var kind, numa, c int // kind 1: numa is the allocations' count
+		var kind, key, c int // kind 0: key is the NUMA node; kind 1: the allocations' count
 		var id string
-		if err := rows.Scan(&kind, &id, &numa, &c); err != nil {
+		if err := rows.Scan(&kind, &id, &key, &c); err != nil {
 			return translate(err)
 		}
 		nt, ok := out[id]
@@ -440,10 +440,10 @@ func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 			nt = NodeTopology{GroupSize: map[int]int{}}
 		}
 		if kind == 0 {
-			nt.GroupSize[numa] += c
+			nt.GroupSize[key] += c
 			nt.ApprovedSlots += c
 		} else {
-			nt.ClaimedSlots, nt.Allocations = c, numa
+			nt.ClaimedSlots, nt.Allocations = c, key
 		}
 		out[id] = nt
 	}

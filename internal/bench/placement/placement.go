@@ -43,7 +43,7 @@ func meanSize() float64 {
 // decision does not format thousands of strings).
 type Cluster struct {
 	used    [][]bool
-	allocs  []int      // live requests on each node (nodes.allocations)
+	allocs  []int      // live requests on each node (nodes.slice_allocations)
 	ids     []string   // node id: its index
 	names   []string   // node name: n00000, so name order is index order
 	slotIDs [][]string // "node:slot"
@@ -171,8 +171,8 @@ type Placer interface {
 // the SKU's default topology policies over best-fit windows of sched.WindowNodes nodes (the
 // fewest free slots that can still hold the request, then most live requests, then name, from
 // the first node with a NUMA group of sched.WindowGroup free slots; only such nodes are
-// ranked), the next window while one's
-// ranking is not settled (nothing, or only spans), and every node after
+// ranked), the next window while one's ranking is not settled (nothing, or only spans), and
+// every node after
 // sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
 type Ours struct{ FullScan bool }
