@@ -151,13 +151,25 @@ func buildNodes(cands []store.CandidateSlot, topo map[string]store.NodeTopology)
 		if !ok {
 			t := topo[c.NodeID]
 			nodes = append(nodes, sched.Node{ID: c.NodeID, Name: c.NodeName, GroupSize: t.GroupSize,
-				ApprovedSlots: t.ApprovedSlots, ClaimedSlots: t.ClaimedSlots, Allocations: t.Allocations})
+				ApprovedSlots: t.ApprovedSlots, ClaimedSlots: t.ClaimedSlots, Allocations: t.Allocations, Occupants: occupants(t.Occupants)})
 			i = len(nodes) - 1
 			idx[c.NodeID] = i
 		}
 		nodes[i].FreeSlots = append(nodes[i].FreeSlots, sched.Slot{ID: c.SlotID, SlotIndex: c.SlotIndex, NUMANode: c.NUMANode})
 	}
 	return nodes
+}
+
+// occupants is a node's live allocations as the ranking's look-ahead takes them.
+func occupants(held [][]int) []sched.Occupant {
+	if len(held) == 0 {
+		return nil
+	}
+	out := make([]sched.Occupant, len(held))
+	for i, numa := range held {
+		out[i] = sched.Occupant{NUMANodes: numa}
+	}
+	return out
 }
 
 func nodeIDs(cands []store.CandidateSlot) []string {
@@ -300,7 +312,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		var first *store.WindowRequest
 		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
 			first = &store.WindowRequest{Query: s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
-				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes}
+				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes, Ties: sched.WindowTies}
 		}
 		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
 		r, err := requestFor(actor, req.SKU, look.SKU, err, req.GPUs, req.Region)
@@ -503,7 +515,7 @@ const (
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	req := sched.Request{GPUs: r.gpus, Policy: r.policy}
-	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes}
+	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes, Ties: sched.WindowTies}
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
 		var err error

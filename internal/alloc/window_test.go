@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,10 +230,10 @@ func TestCreateWhoseInsertConflictsPlacesElsewhere(t *testing.T) {
 	b.invariants()
 }
 
-// Among nodes equally tight for a request, the best-fit windows (nodes.slice_allocations, kept
-// by the capacity refresh) and the ranking both prefer the node holding more live allocations,
-// even past the first window in name order: small allocations packed together free whole
-// groups when they leave together.
+// Among nodes equally tight for a request, the best-fit windows read the node holding more
+// live allocations first (nodes.slice_allocations, kept by the capacity refresh), even past
+// the first window in name order; and of nodes equal on both they read at most
+// sched.WindowTies, however many the window spans.
 func TestWindowsPreferNodesWithMoreAllocations(t *testing.T) {
 	b := setup(t)
 	many := b.addNode("z-many", 70)
@@ -270,16 +271,81 @@ func TestWindowsPreferNodesWithMoreAllocations(t *testing.T) {
 	if got := hints(); got != "a00=1 a01=1 z-many=7" {
 		t.Fatalf("allocation hints %s", got)
 	}
-	if node, idx := b.placed(b.mustCreate(1)); node != many.Name || fmt.Sprint(idx) != "[7]" {
-		t.Fatalf("1 GPU went to %s %v, want z-many [7], the equally tight node with the most allocations", node, idx)
+	names := map[string]string{many.ID: many.Name}
+	for i := range 10 {
+		n, err := b.st.GetNode(b.ctx, fmt.Sprintf("a%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[n.ID] = n.Name
 	}
-	// The next goes to the first of the equal ones by name.
-	if node, idx := b.placed(b.mustCreate(1)); node != "a00" || fmt.Sprint(idx) != "[7]" {
-		t.Fatalf("1 GPU went to %s %v, want a00 [7]", node, idx)
-	}
+	b.tx(func(tx *store.Tx) error {
+		w, err := tx.SliceWindow(b.ctx, store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"}, GPUs: 1, Group: 1,
+			Limit: sched.WindowNodes, Ties: sched.WindowTies})
+		if err != nil {
+			return err
+		}
+		var spans, read []string
+		for _, id := range w.NodeIDs {
+			spans = append(spans, names[id])
+		}
+		for _, id := range w.Read {
+			read = append(read, names[id])
+		}
+		if got := strings.Join(spans, " "); got != "z-many a00 a01 a02 a03 a04 a05 a06 a07 a08 a09" {
+			t.Errorf("the window spans %s, want z-many (seven allocations) before the ten with one", got)
+		}
+		if got := strings.Join(read, " "); got != "z-many a00 a01 a02 a03 a04 a05 a06 a07" {
+			t.Errorf("the window reads %s, want z-many and the first %d of the ten alike", got, sched.WindowTies)
+		}
+		return nil
+	})
+	node, _ := b.placed(b.mustCreate(1))
 	b.refreshCapacity()
-	if got := hints(); got != "a00=2 a01=1 z-many=8" {
-		t.Fatalf("allocation hints after two more %s", got)
+	want := map[string]string{"a00": "a00=2 a01=1 z-many=7", "z-many": "a00=1 a01=1 z-many=8"}[node]
+	if got := hints(); want == "" || got != want {
+		t.Fatalf("1 GPU went to %s; allocation hints after it %s", node, got)
+	}
+	b.invariants()
+}
+
+// The ranking looks ahead: between two nodes equally tight, with the same free slot, the
+// controller places where the allocations that share the node will leave holes that join (the
+// look-ahead, sched/lookahead.go), reading each node's occupants from the database; before,
+// the node with more live allocations came first.
+func TestPlacementLooksAheadAtWhoSharesTheNode(t *testing.T) {
+	b := setup(t)
+	three := b.addNode("q-three", 90)
+	b.refreshCapacity()
+	for _, want := range []struct {
+		gpus int
+		idx  string
+	}{{4, "[0 1 2 3]"}, {2, "[4 5]"}, {1, "[6]"}} {
+		if node, idx := b.placed(b.mustCreate(want.gpus)); node != three.Name || fmt.Sprint(idx) != want.idx {
+			t.Fatalf("%d GPUs went to %s %v, want q-three %s", want.gpus, node, idx, want.idx)
+		}
+	}
+	b.disable(three, 7) // kept out of the way while p-five fills
+	five := b.addNode("p-five", 91)
+	b.refreshCapacity()
+	for _, want := range []struct {
+		gpus int
+		idx  string
+	}{{2, "[0 1]"}, {2, "[2 3]"}, {1, "[4]"}, {1, "[5]"}, {1, "[6]"}} {
+		if node, idx := b.placed(b.mustCreate(want.gpus)); node != five.Name || fmt.Sprint(idx) != want.idx {
+			t.Fatalf("%d GPUs went to %s %v, want p-five %s", want.gpus, node, idx, want.idx)
+		}
+	}
+	b.tx(func(tx *store.Tx) error {
+		_, err := tx.SetSlotEnabled(b.ctx, three.ID, 7, true, "test")
+		return err
+	})
+	b.refreshCapacity()
+	// Both nodes: slot 7 free, group 0 full, the same fragmentation change; p-five holds five
+	// allocations (2+2 | 1+1+1), q-three three (4 | 2+1). The look-ahead scores q-three -0.57,
+	// p-five -0.55 (sched.TestLookaheadMatchesItsDefinition holds the arithmetic).
+	if node, idx := b.placed(b.mustCreate(1)); node != three.Name || fmt.Sprint(idx) != "[7]" {
+		t.Fatalf("1 GPU went to %s %v, want q-three [7]", node, idx)
 	}
 	b.invariants()
 }

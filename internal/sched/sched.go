@@ -4,10 +4,11 @@
 // controller locks the first choice it can and falls back down the list when it loses a race.
 //
 // Ranking, best first: one NUMA group over spanning groups; nodes already in slice mode over
-// clean nodes; the smallest fragmentation change (FGD: how much the node's expected unusable
-// free GPUs grow over a demand mix of request sizes); already-fragmented groups over clean
-// ones; best fit in the group, then on the node; fewest groups; lowest first slot index; node
-// name; node id.
+// clean nodes; the smallest look-ahead (half the fragmentation change now, FGD: how much the
+// node's expected unusable free GPUs grow over a demand mix of request sizes, plus how much
+// the pick grows them after some of the node's allocations have left: lookahead.go);
+// already-fragmented groups over clean ones; best fit in the group, then on the node; fewest
+// groups; lowest first slot index; most live allocations on the node; node name; node id.
 package sched
 
 import (
@@ -46,13 +47,17 @@ const (
 )
 
 // The controller does not rank the whole fleet for a reservation: it ranks best-fit windows
-// (the WindowNodes placeable nodes with the fewest available slots that could hold the
-// request, equally tight ones holding the most live allocations first, then the next
-// WindowNodes), and ranks every candidate only after
-// WindowsBeforeFullScan windows yield nothing. internal/alloc walks the windows; the placement
+// (WindowNodes positions of the placeable nodes with the fewest available slots that could
+// hold the request, equally tight ones holding the most live allocations first, ranking at
+// most WindowTies nodes alike in both; then the next WindowNodes), and ranks every candidate
+// only after WindowsBeforeFullScan windows yield nothing. Windows span 32 positions because
+// the look-ahead's choices are often not among the 8 tightest nodes; nodes alike in
+// available slots and allocations are mostly alike in what the look-ahead sees (on an empty
+// fleet every node is), so reading 8 of them keeps a window's cost there that of 8 nodes. internal/alloc walks the windows; the placement
 // benchmark walks them the same way, so the policy it measures is the one in production.
 const (
-	WindowNodes           = 8
+	WindowNodes           = 32
+	WindowTies            = 8
 	WindowsBeforeFullScan = 4
 )
 
@@ -111,6 +116,10 @@ type Node struct {
 	// where spread over equal nodes each departure leaves a hole of its own
 	// (docs/performance.md, "Allocations on the node").
 	Allocations int
+	// Occupants is the live allocations holding slots on the node, for the ranking's
+	// look-ahead (lookahead.go): which allocations share a node decides where the holes they
+	// leave open. None is a node whose slots no live allocation holds.
+	Occupants []Occupant
 }
 
 // Request asks for GPUs slots on one node.
@@ -155,7 +164,12 @@ type Choice struct {
 	// longer be placed there, after minus before (FGD, Weng et al., ATC '23). Lower is better;
 	// negative when the pick uses up GPUs that some sizes could not use anyway.
 	FragmentationDelta float64
-	Reason             string
+	// Lookahead is the ranking's fragmentation criterion, in the same unit: half the FGD change
+	// now plus how much the pick grows the node's expected unusable free GPUs after a horizon in
+	// which each live allocation on the node, this one included, has left with probability 1/5
+	// (lookahead.go). Lower is better.
+	Lookahead float64
+	Reason    string
 	// Tier numbers the choices' ranking classes, best first: choices with the same Tier are
 	// equally good by the policy and differ only in the deterministic tie-breakers (slot
 	// index, live allocations on the node, node name, id). Concurrent schedulers spread over a tier (SpreadTies) instead of
@@ -247,12 +261,13 @@ func (s byIndex) Less(i, j int) bool {
 // ranked is a choice with the ranking keys that Choice does not carry.
 type ranked struct {
 	Choice
-	groups int  // NUMA groups used; each unknown-NUMA slot counts as its own group
-	kind   kind // what the choice is, for its reason
-	gpus   int  // slots requested, for its reason
-	frag   int  // FragmentationDelta in mix weight x slots, exact for ranking
-	total  int  // the mix's total weight, to print frag as a share
-	allocs int  // Node.Allocations
+	groups int   // NUMA groups used; each unknown-NUMA slot counts as its own group
+	kind   kind  // what the choice is, for its reason
+	gpus   int   // slots requested, for its reason
+	frag   int   // FragmentationDelta in mix weight x slots
+	score  int64 // the ranking's fragmentation criterion (lookahead.score)
+	total  int   // the mix's total weight, to print frag as a share
+	allocs int   // Node.Allocations
 }
 
 type kind int
@@ -339,13 +354,14 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 			}
 		}
 		before := unusable(mix, free, len(groups[top].slots), nd.ApprovedSlots)
+		la := newLookahead(mix, nd, groups)
 		if policy == PolicyFullHost {
 			if free == n && nd.ApprovedSlots == n {
 				all := make([]Slot, 0, free)
 				for _, g := range groups {
 					all = append(all, g.slots...)
 				}
-				cands = append(cands, makeChoice(nd, all, groups, kindFullHost, n, -before, total))
+				cands = append(cands, makeChoice(nd, all, groups, kindFullHost, n, -before, total, la.score(all, -before)))
 			}
 			continue
 		}
@@ -360,7 +376,7 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 				largest = max(len(g.slots)-n, second)
 			}
 			after := unusable(mix, free-n, largest, nd.ApprovedSlots)
-			cands = append(cands, makeChoice(nd, g.slots[:n], []group{g}, kindSingle, n, after-before, total))
+			cands = append(cands, makeChoice(nd, g.slots[:n], []group{g}, kindSingle, n, after-before, total, la.score(g.slots[:n], after-before)))
 		}
 		if single || policy == PolicyNUMARequired {
 			continue
@@ -383,7 +399,7 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 			used++
 		}
 		after := unusable(mix, free-n, largest, nd.ApprovedSlots)
-		cands = append(cands, makeChoice(nd, pick, gs[:used], kindSpan, n, after-before, total))
+		cands = append(cands, makeChoice(nd, pick, gs[:used], kindSpan, n, after-before, total, la.score(pick, after-before)))
 	}
 	if len(cands) > 0 {
 		order := make([]int, len(cands))
@@ -506,7 +522,7 @@ func unusable(mix []mixTerm, free, largest, approved int) int {
 	return u
 }
 
-func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int) ranked {
+func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int, score int64) ranked {
 	ps := pick // copied before sorting: pick may alias the caller's scratch buffer
 	if !sort.IsSorted(byIndex(ps)) {
 		ps = append([]Slot(nil), pick...)
@@ -539,7 +555,8 @@ func makeChoice(nd Node, pick []Slot, used []group, k kind, n, frag, total int) 
 	}
 	c.GroupRemainder = groupFree - len(ps)
 	c.FragmentationDelta = float64(frag) / float64(total)
-	return ranked{Choice: c, groups: len(used), kind: k, gpus: n, frag: frag, total: total, allocs: nd.Allocations}
+	c.Lookahead = float64(score) * scoreUnit / float64(total)
+	return ranked{Choice: c, groups: len(used), kind: k, gpus: n, frag: frag, score: score, total: total, allocs: nd.Allocations}
 }
 
 // reason is one sentence naming what the choice is and the ranking facts behind its place,
@@ -562,6 +579,8 @@ func reason(r *ranked) string {
 		b.WriteString(mode)
 		b.WriteString(", fragmentation change ")
 		b.WriteString(signed2(r.frag, r.total))
+		b.WriteString(", look-ahead ")
+		b.WriteString(signed2(int(r.score), r.total*int(1/scoreUnit)))
 		b.WriteString(")")
 		return b.String()
 	case kindSingle:
@@ -618,6 +637,8 @@ func reason(r *ranked) string {
 	}
 	b.WriteString(", fragmentation change ")
 	b.WriteString(signed2(r.frag, r.total))
+	b.WriteString(", look-ahead ")
+	b.WriteString(signed2(int(r.score), r.total*int(1/scoreUnit)))
 	b.WriteString(", group remainder ")
 	b.WriteString(itoa(r.GroupRemainder))
 	b.WriteString(", node remainder ")
@@ -675,7 +696,7 @@ func itoa(v int) string {
 // tied reports whether a and b are equal on every criterion of less before the
 // deterministic tie-breakers.
 func tied(a, b *ranked) bool {
-	return a.SingleNUMA == b.SingleNUMA && a.NodeInSliceMode == b.NodeInSliceMode && a.frag == b.frag &&
+	return a.SingleNUMA == b.SingleNUMA && a.NodeInSliceMode == b.NodeInSliceMode && a.score == b.score &&
 		a.GroupFragmented == b.GroupFragmented && a.GroupRemainder == b.GroupRemainder &&
 		a.NodeRemainder == b.NodeRemainder && a.groups == b.groups
 }
@@ -706,7 +727,7 @@ func SpreadTies(choices []Choice, intn func(int) int) []Choice {
 	return out
 }
 
-// less is the ranking: single NUMA, slice-mode node, smallest fragmentation change,
+// less is the ranking: single NUMA, slice-mode node, smallest look-ahead,
 // fragmented group, best fit in group, best fit on node, fewest groups, first slot index,
 // most live allocations on the node, node name, node id; slot ids last so the order is total.
 func less(a, b *ranked) bool {
@@ -716,8 +737,8 @@ func less(a, b *ranked) bool {
 	if a.NodeInSliceMode != b.NodeInSliceMode {
 		return a.NodeInSliceMode
 	}
-	if a.frag != b.frag {
-		return a.frag < b.frag
+	if a.score != b.score {
+		return a.score < b.score
 	}
 	if a.GroupFragmented != b.GroupFragmented {
 		return a.GroupFragmented

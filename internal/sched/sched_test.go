@@ -458,17 +458,17 @@ func sortInts(a []int) {
 
 func TestReasonStrings(t *testing.T) {
 	o := PlaceSlice(Request{GPUs: 1}, []Node{node("n1", 1, 1, 2, 3, 4, 5, 6, 7)})
-	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, group remainder 2, node remainder 6)"
+	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, look-ahead -0.13, group remainder 2, node remainder 6)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 2}, []Node{node("n1", 6, 0, 4)})
-	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, group remainder 0, node remainder 0)"
+	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, look-ahead -0.78, group remainder 0, node remainder 0)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 8}, []Node{node("n1", 0, 0, 1, 2, 3, 4, 5, 6, 7)})
-	want = "full host n1: all 8 approved slots free (clean node, fragmentation change +0.00)"
+	want = "full host n1: all 8 approved slots free (clean node, fragmentation change +0.00, look-ahead +0.00)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
@@ -665,8 +665,8 @@ func TestRandomTopologies(t *testing.T) {
 						t.Fatalf("spanning choice ranked before single NUMA: %v", shorts(o))
 					}
 					if a.SingleNUMA == b.SingleNUMA && a.NodeInSliceMode == b.NodeInSliceMode &&
-						a.FragmentationDelta > b.FragmentationDelta+1e-9 {
-						t.Fatalf("fragmentation change %v ranked before %v: %v", a.FragmentationDelta, b.FragmentationDelta, shorts(o))
+						a.Lookahead > b.Lookahead+1e-9 {
+						t.Fatalf("look-ahead %v ranked before %v: %v", a.Lookahead, b.Lookahead, shorts(o))
 					}
 				}
 				if len(o.Choices) == 0 {

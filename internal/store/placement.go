@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -166,7 +167,8 @@ type WindowKey struct {
 // windowNodes is the best-fit window as two CTEs: start, the first node after the key ($6,
 // $10, $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
 // WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
-// available_slots, neg_allocs, name, and fits: whether its largest group has $9). Best-fit
+// available_slots, neg_allocs, name, and fits: whether its largest group has $9 and it is one of
+// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit). Best-fit
 // order is fewest available slots, then most live slice allocations (neg_allocs, their count
 // negated: the nodes_best_fit index's key), then name. $1-$4 are PlacementQuery.args(), $5
 // the GPUs. Only the nodes that fit are read further, so a window spans the same best-fit
@@ -177,8 +179,9 @@ type WindowKey struct {
 const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, -n.slice_allocations AS neg_allocs, n.name ` + windowFrom + `
 		  AND n.group_available >= $9 AND (n.available_slots, -n.slice_allocations, n.name) > ($6, $10, $7)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT 1),
-	win AS MATERIALIZED (SELECT w.* FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name,
-		         n.group_available >= $9 AS fits ` + windowFrom + `
+	win AS MATERIALIZED (SELECT w.id, w.available_slots, w.neg_allocs, w.name,
+		         w.group_available >= $9 AND ($11 = 0 OR row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name) <= $11) AS fits
+		FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name, n.group_available ` + windowFrom + `
 		  AND (n.available_slots, -n.slice_allocations, n.name) >= (f.available_slots, f.neg_allocs, f.name)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w)`
 
@@ -206,7 +209,7 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts
 		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win WHERE fits)) OFFSET 0) n
 		WHERE NOT n.draining AND `+nodeOK+`),
-	live AS MATERIALIZED (SELECT c.node_id, c.fabric_vf_pci_address, c.allocation_id FROM allocation_resource_claims c -- index claims_live_node
+	live AS MATERIALIZED (SELECT c.node_id, c.slot_id, c.fabric_vf_pci_address, c.allocation_id FROM allocation_resource_claims c -- index claims_live_node
 		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
 	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status,
 		         s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled' AS slice,
@@ -218,7 +221,8 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT allocation_id) AS a FROM live GROUP BY node_id)
 	SELECT w.id::text, w.available_slots, w.neg_allocs, w.name, w.fits, s.id::text, s.slot_index, coalesce(s.numa_node, -1),
 	       coalesce(cl.n, 0), coalesce(cl.a, 0),
-	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf)
+	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf),
+	       (SELECT lv.allocation_id::text FROM live lv WHERE lv.slot_id = s.id)
 	FROM win w LEFT JOIN slots s ON s.node_id = w.id AND s.slice LEFT JOIN claimed cl ON cl.node_id = w.id
 	ORDER BY w.available_slots, w.neg_allocs, w.name, s.slot_index`, probeFence, "OFFSET 0")
 
@@ -265,7 +269,12 @@ type WindowRequest struct {
 	// (sched.WindowGroup: the request's GPUs, or 0 for a whole host); 0 reads every node.
 	Group int
 	After *WindowKey // nil: the first window
-	Limit int
+	Limit int        // best-fit positions the window spans
+	// Ties is the most nodes of the window with one best-fit key (available slots, live
+	// allocations) whose slots are read (sched.WindowTies); 0 reads every one. Nodes equal on
+	// both are mostly alike (on an empty fleet, all of them), and this keeps a wide window's
+	// cost on such a fleet that of a narrow one.
+	Ties int
 }
 
 // queue appends the window's statements to b.
@@ -276,10 +285,10 @@ func (w WindowRequest) queue(b *pgx.Batch) {
 	b.Queue(windowSQL, w.sqlArgs()...)
 }
 
-// sqlArgs is windowSQL's arguments ($1-$10).
+// sqlArgs is windowSQL's arguments ($1-$11).
 func (w WindowRequest) sqlArgs() []any {
 	k := w.key()
-	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations)
+	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations, w.Ties)
 }
 
 func (w WindowRequest) key() WindowKey {
@@ -319,9 +328,11 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 		allocs     pgtype.Int8
 		candidate  pgtype.Bool
 		fits       bool
+		holder     pgtype.Text
 	)
+	held := map[string]map[string]int{} // node -> allocation -> its index in Occupants
 	for rows.Next() {
-		if err := rows.Scan(&node, &avail, &negAllocs, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &allocs, &candidate); err != nil {
+		if err := rows.Scan(&node, &avail, &negAllocs, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &allocs, &candidate, &holder); err != nil {
 			return win, translate(err)
 		}
 		nt, seen := win.Topology[node.String]
@@ -338,6 +349,9 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 			nt.ApprovedSlots++
 			nt.ClaimedSlots = int(claimed.Int64)
 			nt.Allocations = int(allocs.Int64)
+			if holder.Valid {
+				nt.Occupants = addOccupant(held, nt.Occupants, node.String, holder.String, int(numa.Int32))
+			}
 			if candidate.Bool {
 				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node.String, NodeName: name.String,
 					SlotID: slotID.String, SlotIndex: int(slotIndex.Int32), NUMANode: int(numa.Int32)})
@@ -348,6 +362,7 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 	if err := rows.Err(); err != nil {
 		return win, translate(err)
 	}
+	sortOccupants(win.Topology)
 	sort.SliceStable(win.Candidates, func(i, j int) bool {
 		a, b := win.Candidates[i], win.Candidates[j]
 		return a.NodeName < b.NodeName || a.NodeName == b.NodeName && a.SlotIndex < b.SlotIndex
@@ -390,6 +405,37 @@ type NodeTopology struct {
 	ApprovedSlots int
 	ClaimedSlots  int
 	Allocations   int // live allocations holding slot claims on the node
+	// Occupants is each of those allocations' slots on the node, as their NUMA nodes (-1
+	// unknown), each ascending and the list in slices.Compare order (sched.Node.Occupants).
+	Occupants [][]int
+}
+
+// sortOccupants puts each node's NodeTopology.Occupants in their order.
+func sortOccupants(topo map[string]NodeTopology) {
+	for _, nt := range topo {
+		for _, o := range nt.Occupants {
+			slices.Sort(o)
+		}
+		slices.SortFunc(nt.Occupants, slices.Compare)
+	}
+}
+
+// addOccupant adds a slot of NUMA node numa, held by allocation alloc on node, to occ (node's
+// NodeTopology.Occupants); held indexes them by node and allocation.
+func addOccupant(held map[string]map[string]int, occ [][]int, node, alloc string, numa int) [][]int {
+	byAlloc := held[node]
+	if byAlloc == nil {
+		byAlloc = map[string]int{}
+		held[node] = byAlloc
+	}
+	i, ok := byAlloc[alloc]
+	if !ok {
+		i = len(occ)
+		byAlloc[alloc] = i
+		occ = append(occ, nil)
+	}
+	occ[i] = append(occ[i], numa)
+	return occ
 }
 
 // NodeTopologies returns approved-slot topology and live slot-claim counts per node.
@@ -416,37 +462,50 @@ func nodeTopologies(ctx context.Context, q querier, nodeIDs []string) (map[strin
 
 // topologySQL reads the NodeTopology of the nodes in the uuid array expression nodes in one
 // query: approved slots per NUMA group (kind 0), then live slot claims and the allocations
-// holding them (kind 1, the count of allocations in the third column).
+// holding them (kind 1, the count of allocations in the third column), then each live
+// allocation's slots per NUMA node (kind 2, the allocation in the last column).
 func topologySQL(nodes string) string {
-	return `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*) FROM node_resource_slots
+	return `SELECT 0, node_id::text, coalesce(numa_node, -1), count(*), '' FROM node_resource_slots
 		WHERE node_id = ANY(` + nodes + `) AND capacity_shape = 'gpu_slice' AND parent_slot_id IS NULL AND status <> 'disabled'
 		GROUP BY 2, 3
 		UNION ALL
-		SELECT 1, node_id::text, count(DISTINCT allocation_id)::int, count(*) FROM allocation_resource_claims
-		WHERE node_id = ANY(` + nodes + `) AND claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY 2`
+		SELECT 1, node_id::text, count(DISTINCT allocation_id)::int, count(*), '' FROM allocation_resource_claims
+		WHERE node_id = ANY(` + nodes + `) AND claim_kind = 'slot' AND status IN ` + liveClaim + ` GROUP BY 2
+		UNION ALL
+		SELECT 2, c.node_id::text, coalesce(s.numa_node, -1), count(*), c.allocation_id::text
+		FROM allocation_resource_claims c JOIN node_resource_slots s ON s.id = c.slot_id
+		WHERE c.node_id = ANY(` + nodes + `) AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `
+		GROUP BY 2, 3, 5`
 }
 
 // scanTopology adds topologySQL's rows to out (closing rows).
 func scanTopology(rows pgx.Rows, out map[string]NodeTopology) error {
 	defer rows.Close()
+	held := map[string]map[string]int{}
 	for rows.Next() {
-		var kind, key, c int // kind 0: key is the NUMA node; kind 1: the allocations' count
-		var id string
-		if err := rows.Scan(&kind, &id, &key, &c); err != nil {
+		var kind, key, c int // kind 0 and 2: key is the NUMA node; kind 1: the allocations' count
+		var id, alloc string
+		if err := rows.Scan(&kind, &id, &key, &c, &alloc); err != nil {
 			return translate(err)
 		}
 		nt, ok := out[id]
 		if !ok {
 			nt = NodeTopology{GroupSize: map[int]int{}}
 		}
-		if kind == 0 {
+		switch kind {
+		case 0:
 			nt.GroupSize[key] += c
 			nt.ApprovedSlots += c
-		} else {
+		case 1:
 			nt.ClaimedSlots, nt.Allocations = c, key
+		default:
+			for range c {
+				nt.Occupants = addOccupant(held, nt.Occupants, id, alloc, key)
+			}
 		}
 		out[id] = nt
 	}
+	sortOccupants(out)
 	return translate(rows.Err())
 }
 

@@ -48,7 +48,8 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Live claims: c holds slot 0 with slot 5's VF recorded on the claim (slot 5 out by its VF,
-	// slot 0 by its state); i holds slots 0-2 (topology: 3 claimed); d a node-exclusive claim;
+	// slot 0 by its state); i holds slots 0-2 and, another allocation, 4 (topology: 4 claimed);
+	// d a node-exclusive claim;
 	// e a live baremetal allocation.
 	claims := []struct {
 		node, shape, kind string
@@ -57,6 +58,7 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 	}{
 		{"c-claimed-vf", "gpu_slice", "slot", []int{0}, vfOf("c-claimed-vf", 5)},
 		{"i-busy", "gpu_slice", "slot", []int{0, 1, 2}, ""},
+		{"i-busy", "gpu_slice", "slot", []int{4}, ""},
 		{"d-exclusive", "baremetal", "node_exclusive", nil, "''"},
 		{"e-baremetal", "baremetal", "", nil, ""},
 	}
@@ -121,7 +123,7 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 			perNode[c.NodeName]++
 		}
 		// Every rule above excluded something, and only that (8 slots a node).
-		want := map[string]int{"a-plain": 8, "b-shared-vf": 5, "c-claimed-vf": 6, "f-slot-policies": 2, "i-busy": 5}
+		want := map[string]int{"a-plain": 8, "b-shared-vf": 5, "c-claimed-vf": 6, "f-slot-policies": 2, "i-busy": 4}
 		if region == "" {
 			want["j-other-region"] = 8
 		}
@@ -141,8 +143,9 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 				t.Errorf("node %s: window topology %s, NodeTopologies %s", id, got, want)
 			}
 		}
-		if tp := w.Topology[ids["i-busy"]]; tp.ClaimedSlots != 3 || tp.ApprovedSlots != 8 {
-			t.Errorf("i-busy topology %+v, want 8 approved, 3 claimed", tp)
+		if tp := w.Topology[ids["i-busy"]]; tp.ClaimedSlots != 4 || tp.ApprovedSlots != 8 || tp.Allocations != 2 ||
+			fmt.Sprint(tp.Occupants) != "[[0 0 0] [1]]" {
+			t.Errorf("i-busy topology %+v, want 8 approved, 4 claimed by 2 allocations: slots 0-2 of NUMA node 0, slot 4 of 1", tp)
 		}
 		if tp := w.Topology[ids["b-shared-vf"]]; tp.ApprovedSlots != 7 || tp.GroupSize[0] != 3 || tp.GroupSize[1] != 4 {
 			t.Errorf("b-shared-vf topology %+v, want 7 approved (slot 3 disabled): 3 + 4", tp)

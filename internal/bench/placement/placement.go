@@ -44,6 +44,7 @@ func meanSize() float64 {
 type Cluster struct {
 	used    [][]bool
 	allocs  []int      // live requests on each node (nodes.slice_allocations)
+	jobs    [][][]int  // each node's live requests, by their slots (sched.Node.Occupants)
 	ids     []string   // node id: its index
 	names   []string   // node name: n00000, so name order is index order
 	slotIDs [][]string // "node:slot"
@@ -51,7 +52,7 @@ type Cluster struct {
 
 // NewCluster is n empty nodes.
 func NewCluster(n int) *Cluster {
-	c := &Cluster{used: make([][]bool, n), allocs: make([]int, n), ids: make([]string, n), names: make([]string, n), slotIDs: make([][]string, n)}
+	c := &Cluster{used: make([][]bool, n), allocs: make([]int, n), jobs: make([][][]int, n), ids: make([]string, n), names: make([]string, n), slotIDs: make([][]string, n)}
 	for i := range c.used {
 		c.used[i] = make([]bool, slotsPerNode)
 		c.ids[i] = strconv.Itoa(i)
@@ -70,6 +71,7 @@ func (c *Cluster) take(n int, slots []int) {
 		c.used[n][s] = true
 	}
 	c.allocs[n]++
+	c.jobs[n] = append(c.jobs[n], slots)
 }
 
 // release frees a departed request's slots.
@@ -78,6 +80,12 @@ func (c *Cluster) release(n int, slots []int) {
 		c.used[n][s] = false
 	}
 	c.allocs[n]--
+	for i, j := range c.jobs[n] {
+		if j[0] == slots[0] { // live requests on a node hold disjoint slots
+			c.jobs[n] = append(c.jobs[n][:i], c.jobs[n][i+1:]...)
+			break
+		}
+	}
 }
 
 func (c *Cluster) freeCount(n int) int {
@@ -168,12 +176,12 @@ type Placer interface {
 }
 
 // Ours is gpuaas's scheduler as the controller runs it (internal/alloc): sched.PlaceSlice with
-// the SKU's default topology policies over best-fit windows of sched.WindowNodes nodes (the
-// fewest free slots that can still hold the request, then most live requests, then name, from
-// the first node with a NUMA group of sched.WindowGroup free slots; only such nodes are
-// ranked), the next window while one's ranking is not settled (nothing, or only spans), and
-// every node after
-// sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
+// the SKU's default topology policies and each node's live requests (its look-ahead) over
+// best-fit windows of sched.WindowNodes positions (the fewest free slots that can still hold
+// the request, then most live requests, then name, from the first node with a NUMA group of
+// sched.WindowGroup free slots; only such nodes are ranked, at most sched.WindowTies alike in
+// both free slots and live requests), the next window while one's ranking is not settled
+// (nothing, or only spans), and every node after sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
 type Ours struct{ FullScan bool }
 
@@ -216,8 +224,9 @@ func (c *Cluster) bestFitOrder(size int) []int {
 // windows walks the controller's best-fit windows over order for a request of size GPUs: each
 // spans span positions from the first node (after the last window) whose largest free group
 // could hold the request (sched.WindowGroup), and settle gets those of its nodes that could,
-// until it reports the request settled or sched.WindowsBeforeFullScan windows have been read.
-// It returns whether one settled it.
+// at most sched.WindowTies of each best-fit key (free slots, live requests), until it reports
+// the request settled or sched.WindowsBeforeFullScan windows have been read. It returns
+// whether one settled it.
 func (c *Cluster) windows(size, span int, order []int, settle func(win []int) bool) bool {
 	group := sched.WindowGroup(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)})
 	next := 0
@@ -230,8 +239,16 @@ func (c *Cluster) windows(size, span int, order []int, settle func(win []int) bo
 		}
 		end := min(len(order), next+span)
 		var win []int
-		for _, n := range order[next:end] {
-			if c.largestGroup(n) >= group {
+		tie := 0
+		for i, n := range order[next:end] {
+			if i > 0 {
+				if p := order[next+i-1]; c.freeCount(p) == c.freeCount(n) && c.allocs[p] == c.allocs[n] {
+					tie++
+				} else {
+					tie = 0
+				}
+			}
+			if c.largestGroup(n) >= group && (sched.WindowTies == 0 || tie < sched.WindowTies) {
 				win = append(win, n)
 			}
 		}
@@ -252,6 +269,13 @@ func (c *Cluster) rank(size int, nodes []int) sched.Outcome {
 			ApprovedSlots: slotsPerNode, ClaimedSlots: slotsPerNode - len(f), FreeSlots: make([]sched.Slot, len(f)), Allocations: c.allocs[n]}
 		for i, s := range f {
 			sn.FreeSlots[i] = sched.Slot{ID: c.slotIDs[n][s], SlotIndex: s, NUMANode: s / groupSize}
+		}
+		for _, j := range c.jobs[n] {
+			o := sched.Occupant{NUMANodes: make([]int, len(j))}
+			for i, s := range j {
+				o.NUMANodes[i] = s / groupSize
+			}
+			sn.Occupants = append(sn.Occupants, o)
 		}
 		in = append(in, sn)
 	}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"github.com/gpuaas/gpuaas/internal/sched"
 	"math"
 	"math/rand"
 	"testing"
@@ -140,45 +141,54 @@ func TestFirstRejection(t *testing.T) {
 	}
 }
 
-// cluster20 is 20 full nodes; free frees the listed slots of node n.
-func cluster20(free map[int][]int) *Cluster {
-	c := NewCluster(20)
-	for n := range c.used {
-		for s := range c.used[n] {
-			c.used[n][s] = true
+// fullCluster is n full nodes; free frees the listed slots of node i.
+func fullCluster(n int, free map[int][]int) *Cluster {
+	c := NewCluster(n)
+	for i := range c.used {
+		for s := range c.used[i] {
+			c.used[i][s] = true
 		}
-		for _, s := range free[n] {
-			c.used[n][s] = false
+		for _, s := range free[i] {
+			c.used[i][s] = false
 		}
 	}
 	return c
 }
 
-// The simulated scheduler is the controller's: it ranks the best-fit window of 8 nodes, not the
-// fleet, so it can differ from a ranking of every node; and a window that offers only spans does
-// not hide a node with one NUMA group free.
+// The simulated scheduler is the controller's: it ranks best-fit windows (sched.WindowNodes
+// positions, at most sched.WindowTies nodes alike), not the fleet, so it can differ from a
+// ranking of every node; and a window that offers only spans does not hide a node with one
+// NUMA group free.
 func TestOursWalksBestFitWindows(t *testing.T) {
-	free := map[int][]int{8: {1, 2, 3}}
-	for n := range 8 {
+	last := sched.WindowNodes // the node just past the first window
+	free := map[int][]int{last: {1, 2, 3}}
+	for n := range last {
 		free[n] = []int{6, 7}
 	}
-	c := cluster20(free)
-	// 1 GPU: the window is nodes 0-7 (2 free each); the whole fleet's FGD ranking prefers
-	// node 8 (3 free -> 2 lowers its unusable GPUs; 2 -> 1 does not).
+	c := fullCluster(last+4, free)
+	// 1 GPU: the first window spans nodes 0 to last-1 (2 free each) and ranks the first
+	// WindowTies of them; the whole fleet's ranking prefers node last (3 free -> 2 lowers its
+	// unusable GPUs; 2 -> 1 does not).
 	if n, slots, ok := (Ours{}).Place(c, 1, nil); !ok || n != 0 || fmt.Sprint(slots) != "[6]" {
 		t.Fatalf("windowed: 1 GPU on %d %v, want node 0 [6]", n, slots)
 	}
-	if n, slots, ok := (Ours{FullScan: true}).Place(c, 1, nil); !ok || n != 8 || fmt.Sprint(slots) != "[1]" {
-		t.Fatalf("full scan: 1 GPU on %d %v, want node 8 [1]", n, slots)
+	if n, slots, ok := (Ours{FullScan: true}).Place(c, 1, nil); !ok || n != last || fmt.Sprint(slots) != "[1]" {
+		t.Fatalf("full scan: 1 GPU on %d %v, want node %d [1]", n, slots, last)
 	}
-	for n := range 8 {
+	// The window read only WindowTies of the nodes alike.
+	var read []int
+	c.windows(1, sched.WindowNodes, c.bestFitOrder(1), func(win []int) bool { read = win; return true })
+	if len(read) != sched.WindowTies || read[0] != 0 || read[len(read)-1] != sched.WindowTies-1 {
+		t.Fatalf("the first window read nodes %v, want 0 to %d", read, sched.WindowTies-1)
+	}
+	for n := range last {
 		free[n] = []int{3, 7} // one free slot per group: 2 GPUs only as a span
 	}
-	c = cluster20(free)
-	if n, slots, ok := (Ours{}).Place(c, 2, nil); !ok || n != 8 || fmt.Sprint(slots) != "[1 2]" {
-		t.Fatalf("2 GPUs on %d %v, want node 8 [1 2] (one group) over the first window's spans", n, slots)
+	c = fullCluster(last+4, free)
+	if n, slots, ok := (Ours{}).Place(c, 2, nil); !ok || n != last || fmt.Sprint(slots) != "[1 2]" {
+		t.Fatalf("2 GPUs on %d %v, want node %d [1 2] (one group) over the first window's spans", n, slots, last)
 	}
-	c.used[8][1], c.used[8][2] = true, true
+	c.used[last][1], c.used[last][2] = true, true
 	if n, slots, ok := (Ours{}).Place(c, 2, nil); !ok || n != 0 || fmt.Sprint(slots) != "[3 7]" {
 		t.Fatalf("2 GPUs on %d %v, want the span node 0 [3 7] when no group has 2 free", n, slots)
 	}
