@@ -40,38 +40,32 @@ type Occupant struct {
 
 // lookahead is one node's expectation: its slots that are free or held by live allocations, in
 // buckets (one per NUMA node, in id order, then one for the slots of unknown NUMA node), and
-// the distribution of the free slots per bucket after the horizon.
+// the distribution of the free slots per bucket after the horizon. Its slices are scratch space
+// that PlaceSlice reuses from node to node.
 type lookahead struct {
-	ok      bool
-	numa    []int // bucket i's NUMA node; unknownNUMA for the last when the node has such slots
-	stride  []int // bucket i's place value in a state's index
-	free0   int   // the state now (index)
-	dist    []float64
-	unus    []int // unusable(state) in mix weight x slots
-	eBefore float64
+	ok       bool
+	numa     []int // bucket i's NUMA node; unknownNUMA for the last when the node has such slots
+	stride   []int // bucket i's place value in a state's index
+	free     []int // free slots per bucket now
+	capacity []int // free or held slots per bucket
+	offs     []int // each allocation's slots as a state offset
+	dist     []float64
+	next     []float64
+	unus     []int // unusable(state) in mix weight x slots
+	eBefore  float64
 }
 
-// newLookahead builds node nd's look-ahead: free is its free slots per NUMA group (groupsOf).
-func newLookahead(mix []mixTerm, nd Node, groups []group) lookahead {
-	var la lookahead
-	bucket := func(numa int) int {
-		if numa < 0 {
-			numa = unknownNUMA
-		}
-		for i, v := range la.numa {
-			if v == numa {
-				return i
-			}
-		}
-		la.numa = append(la.numa, numa)
-		return len(la.numa) - 1
-	}
+// reset makes la node nd's look-ahead, reusing la's scratch space: groups is nd's free slots per
+// NUMA group (groupsOf).
+func (la *lookahead) reset(mix []mixTerm, nd Node, groups []group) {
+	la.ok = false
+	la.numa = la.numa[:0]
 	for _, g := range groups {
-		bucket(g.numa)
+		la.addBucket(g.numa)
 	}
 	for _, o := range nd.Occupants {
 		for _, numa := range o.NUMANodes {
-			bucket(numa)
+			la.addBucket(numa)
 		}
 	}
 	// Known NUMA nodes in id order, unknown last: the state's layout does not depend on the
@@ -87,71 +81,106 @@ func newLookahead(mix []mixTerm, nd Node, groups []group) lookahead {
 		}
 		return a - b
 	})
-	free := make([]int, len(la.numa))
+	k := len(la.numa)
+	la.free, la.capacity, la.stride = zeroed(la.free, k), zeroed(la.capacity, k), zeroed(la.stride, k)
 	for _, g := range groups {
-		free[bucket(g.numa)] += len(g.slots)
+		b := la.bucket(g.numa)
+		la.free[b] += len(g.slots)
+		la.capacity[b] += len(g.slots)
 	}
-	held := make([][]int, len(nd.Occupants))
-	capacity := slices.Clone(free)
-	for i, o := range nd.Occupants {
-		held[i] = make([]int, len(la.numa))
+	for _, o := range nd.Occupants {
 		for _, numa := range o.NUMANodes {
-			b := bucket(numa)
-			held[i][b]++
-			capacity[b]++
+			la.capacity[la.bucket(numa)]++
 		}
 	}
 	states := 1
-	la.stride = make([]int, len(la.numa))
 	for b := range la.numa {
 		la.stride[b] = states
-		states *= capacity[b] + 1
+		states *= la.capacity[b] + 1
 		if states > maxLookaheadStates {
-			return lookahead{}
+			return
 		}
 	}
-	// The free slots per bucket of each state, and its unusable slots.
-	la.unus = make([]int, states)
+	// The unusable slots of each state (free slots per bucket).
+	la.unus = zeroed(la.unus, states)
 	for s := range la.unus {
 		total, largest := 0, 0
 		for b := range la.numa {
-			k := s / la.stride[b] % (capacity[b] + 1)
-			total += k
+			n := s / la.stride[b] % (la.capacity[b] + 1)
+			total += n
 			if la.numa[b] == unknownNUMA {
-				k = min(k, 1) // each unknown-NUMA slot is a group of its own
+				n = min(n, 1) // each unknown-NUMA slot is a group of its own
 			}
-			largest = max(largest, k)
+			largest = max(largest, n)
 		}
 		la.unus[s] = unusable(mix, total, largest, nd.ApprovedSlots)
 	}
+	now := 0
 	for b := range la.numa {
-		la.free0 += free[b] * la.stride[b]
+		now += la.free[b] * la.stride[b]
 	}
 	// Each allocation leaves independently: the distribution over states, one allocation at a
 	// time, in a canonical order so that equal nodes add the same floats in the same order.
-	offs := make([]int, len(held))
-	for i, h := range held {
-		for b, k := range h {
-			offs[i] += k * la.stride[b]
+	la.offs = la.offs[:0]
+	for _, o := range nd.Occupants {
+		off := 0
+		for _, numa := range o.NUMANodes {
+			off += la.stride[la.bucket(numa)]
 		}
+		la.offs = append(la.offs, off)
 	}
-	slices.Sort(offs)
-	la.dist = make([]float64, states)
-	la.dist[la.free0] = 1
-	next := make([]float64, states)
-	for _, off := range offs {
-		clear(next)
+	slices.Sort(la.offs)
+	la.dist, la.next = zeroedF(la.dist, states), zeroedF(la.next, states)
+	la.dist[now] = 1
+	for _, off := range la.offs {
+		clear(la.next)
 		for s, p := range la.dist {
 			if p != 0 {
-				next[s] += (1 - departureHorizon) * p
-				next[s+off] += departureHorizon * p
+				la.next[s] += (1 - departureHorizon) * p
+				la.next[s+off] += departureHorizon * p
 			}
 		}
-		la.dist, next = next, la.dist
+		la.dist, la.next = la.next, la.dist
 	}
 	la.eBefore = la.expect(0)
 	la.ok = true
-	return la
+}
+
+// addBucket adds NUMA node numa's bucket if it has none.
+func (la *lookahead) addBucket(numa int) {
+	if numa < 0 {
+		numa = unknownNUMA
+	}
+	if !slices.Contains(la.numa, numa) {
+		la.numa = append(la.numa, numa)
+	}
+}
+
+// bucket is NUMA node numa's bucket.
+func (la *lookahead) bucket(numa int) int {
+	if numa < 0 {
+		numa = unknownNUMA
+	}
+	return slices.Index(la.numa, numa)
+}
+
+// zeroed is buf resized to n zeros, reusing its array when it is large enough.
+func zeroed(buf []int, n int) []int {
+	if cap(buf) < n {
+		return make([]int, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
+}
+
+func zeroedF(buf []float64, n int) []float64 {
+	if cap(buf) < n {
+		return make([]float64, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 // expect is the expected unusable slots after the horizon when the slots at offset take (a
@@ -177,11 +206,7 @@ func (la *lookahead) score(pick []Slot, frag int) int64 {
 	} else {
 		take := 0
 		for _, sl := range pick {
-			numa := sl.NUMANode
-			if numa < 0 {
-				numa = unknownNUMA
-			}
-			take += la.stride[slices.Index(la.numa, numa)]
+			take += la.stride[la.bucket(sl.NUMANode)]
 		}
 		s += (1 - departureHorizon) * (la.expect(take) - la.eBefore)
 	}

@@ -322,6 +322,7 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 	cands := make([]ranked, 0, hint)
 	var slotBuf []Slot
 	var groupBuf, spanBuf []group
+	var la lookahead // scratch space, reused from node to node
 	nodesWithFree := 0
 	for _, nd := range nodes {
 		free := len(nd.FreeSlots)
@@ -354,7 +355,7 @@ func PlaceSlice(req Request, nodes []Node) Outcome {
 			}
 		}
 		before := unusable(mix, free, len(groups[top].slots), nd.ApprovedSlots)
-		la := newLookahead(mix, nd, groups)
+		la.reset(mix, nd, groups)
 		if policy == PolicyFullHost {
 			if free == n && nd.ApprovedSlots == n {
 				all := make([]Slot, 0, free)

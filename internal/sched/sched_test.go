@@ -864,6 +864,32 @@ func BenchmarkPlaceSlice(b *testing.B) {
 	}
 }
 
+// BenchmarkPlaceSliceWindow is one busy window as the controller ranks it: WindowNodes nodes,
+// each with its live allocations (the look-ahead's input), 1 to 6 of them.
+func BenchmarkPlaceSliceWindow(b *testing.B) {
+	shapes := [][][]int{
+		{{0, 1, 2, 3}, {4, 5}, {6}},
+		{{0, 1}, {2, 3}, {4}, {5}, {6}},
+		{{0}, {1}, {2}, {3}, {4, 5}, {6}},
+		{{0, 1, 2, 3}, {4, 5, 6, 7}},
+		{{0, 1}, {2}},
+	}
+	var nodes []Node
+	for i := range WindowNodes {
+		nodes = append(nodes, occupied(fmt.Sprintf("n%02d", i), shapes[i%len(shapes)]...))
+	}
+	for _, gpus := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("gpus=%d/nodes=%d", gpus, len(nodes)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if o := PlaceSlice(Request{GPUs: gpus}, nodes); len(o.Choices) == 0 {
+					b.Fatal("no placement")
+				}
+			}
+		})
+	}
+}
+
 // Equally good choices share a tier and only they do; SpreadTies keeps the best choice
 // first and the tiers in order and shuffles the rest inside each tier, so every other
 // member of a tier is sometimes tried right after the ones before it.
