@@ -299,3 +299,46 @@ func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
 		t.Fatalf("no node has 4 free in one group once grp-b's slot is disabled, before any refresh: %v", span)
 	}
 }
+
+// A window spans its positions but reads the slots of at most Ties of the nodes holding no live
+// allocation with the same available slots (alike to the ranking: on an empty fleet, every node),
+// in best-fit order; Ties 0 reads them all.
+func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
+	st, _ := open(t)
+	var names []string
+	byID := map[string]string{}
+	for i := range 12 {
+		n := addNode(t, st, fmt.Sprintf("tie-%02d", i), 40+i)
+		names, byID[n.ID] = append(names, n.Name), n.Name
+	}
+	read := func(ties int) (spans, reads []string) {
+		t.Helper()
+		err := st.InTx(context.Background(), func(tx *store.Tx) error {
+			w, err := tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"},
+				GPUs: 1, Group: 1, Limit: 32, Ties: ties})
+			for _, id := range w.NodeIDs {
+				spans = append(spans, byID[id])
+			}
+			for _, id := range w.Read {
+				reads = append(reads, byID[id])
+			}
+			for _, c := range w.Candidates {
+				if !slices.Contains(reads, c.NodeName) {
+					t.Errorf("candidate slot on %s, a node the window did not read", c.NodeName)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spans, reads
+	}
+	spans, reads := read(8)
+	if !slices.Equal(spans, names) || !slices.Equal(reads, names[:8]) {
+		t.Fatalf("Ties 8: the window spans %v and reads %v, want all 12 and the first 8", spans, reads)
+	}
+	if spans, reads = read(0); !slices.Equal(spans, names) || !slices.Equal(reads, names) {
+		t.Fatalf("Ties 0: the window spans %v and reads %v, want all 12 read", spans, reads)
+	}
+}
