@@ -49,12 +49,11 @@ const (
 // The controller does not rank the whole fleet for a reservation: it ranks best-fit windows
 // (WindowNodes positions of the placeable nodes with the fewest available slots that could
 // hold the request, equally tight ones holding the most live allocations first, ranking at
-// most WindowTies of the nodes holding no allocation with the same available slots; then the
-// next WindowNodes), and ranks every candidate only after WindowsBeforeFullScan windows yield
-// nothing. Windows span 32 positions because the look-ahead's choices are often not among
-// the 8 tightest nodes; nodes holding no allocation with the same available slots are alike
-// to it (on an empty fleet every node is), so reading 8 of them keeps a window's cost there
-// that of 8 nodes. internal/alloc walks the windows; the placement
+// most WindowTies nodes alike in both; then the next WindowNodes), and ranks every candidate
+// only after WindowsBeforeFullScan windows yield nothing. Windows span 32 positions because
+// the look-ahead's choices are often not among the 8 tightest nodes; nodes alike in
+// available slots and allocations are mostly alike in what the look-ahead sees (on an empty
+// fleet every node is), so reading 8 of them keeps a window's cost there that of 8 nodes. internal/alloc walks the windows; the placement
 // benchmark walks them the same way, so the policy it measures is the one in production.
 const (
 	WindowNodes           = 32

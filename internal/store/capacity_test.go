@@ -300,9 +300,9 @@ func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
 	}
 }
 
-// A window spans its positions but reads the slots of at most Ties of the nodes holding no live
-// allocation with the same available slots (alike to the ranking: on an empty fleet, every node),
-// in best-fit order; Ties 0 reads them all.
+// A window spans its positions but reads the slots of at most Ties of the nodes with the same
+// best-fit key (available slots, live allocations; on an empty fleet, every node), in best-fit
+// order; Ties 0 reads them all.
 func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 	st, _ := open(t)
 	var names []string

@@ -167,9 +167,8 @@ type WindowKey struct {
 // windowNodes is the best-fit window as two CTEs: start, the first node after the key ($6,
 // $10, $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
 // WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
-// available_slots, neg_allocs, name, and fits: whether its largest group has $9 and, if it holds
-// no live allocation, it is one of the first $11 such nodes of the window with its available
-// slots, $11 = 0 for no such limit). Best-fit
+// available_slots, neg_allocs, name, and fits: whether its largest group has $9 and it is one of
+// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit). Best-fit
 // order is fewest available slots, then most live slice allocations (neg_allocs, their count
 // negated: the nodes_best_fit index's key), then name. $1-$4 are PlacementQuery.args(), $5
 // the GPUs. Only the nodes that fit are read further, so a window spans the same best-fit
@@ -181,7 +180,7 @@ const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, -n.slice_a
 		  AND n.group_available >= $9 AND (n.available_slots, -n.slice_allocations, n.name) > ($6, $10, $7)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT 1),
 	win AS MATERIALIZED (SELECT w.id, w.available_slots, w.neg_allocs, w.name,
-		         w.group_available >= $9 AND ($11 = 0 OR w.neg_allocs < 0 OR row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name) <= $11) AS fits
+		         w.group_available >= $9 AND ($11 = 0 OR row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name) <= $11) AS fits
 		FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name, n.group_available ` + windowFrom + `
 		  AND (n.available_slots, -n.slice_allocations, n.name) >= (f.available_slots, f.neg_allocs, f.name)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w)`
@@ -271,10 +270,10 @@ type WindowRequest struct {
 	Group int
 	After *WindowKey // nil: the first window
 	Limit int        // best-fit positions the window spans
-	// Ties is the most nodes of the window holding no live allocation with the same available
-	// slots whose slots are read (sched.WindowTies); 0 reads every one. Such nodes are alike to
-	// the ranking (no occupants for its look-ahead; on an empty fleet, every node), and this
-	// keeps a wide window's cost on an empty fleet that of a narrow one.
+	// Ties is the most nodes of the window with one best-fit key (available slots, live
+	// allocations) whose slots are read (sched.WindowTies); 0 reads every one. Nodes equal on
+	// both are mostly alike (on an empty fleet, all of them), and this keeps a wide window's
+	// cost on such a fleet that of a narrow one.
 	Ties int
 }
 

@@ -156,7 +156,7 @@ func fullCluster(n int, free map[int][]int) *Cluster {
 }
 
 // The simulated scheduler is the controller's: it ranks best-fit windows (sched.WindowNodes
-// positions, at most sched.WindowTies of the nodes with no live request alike), not the fleet, so it can differ from a
+// positions, at most sched.WindowTies nodes alike), not the fleet, so it can differ from a
 // ranking of every node; and a window that offers only spans does not hide a node with one
 // NUMA group free.
 func TestOursWalksBestFitWindows(t *testing.T) {
