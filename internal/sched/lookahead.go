@@ -130,7 +130,7 @@ func (la *lookahead) reset(mix []mixTerm, nd Node, groups []group) {
 		la.offs = append(la.offs, off)
 	}
 	slices.Sort(la.offs)
-	la.dist, la.next = zeroedF(la.dist, states), zeroedF(la.next, states)
+	la.dist, la.next = zeroed(la.dist, states), zeroed(la.next, states)
 	la.dist[now] = 1
 	for _, off := range la.offs {
 		clear(la.next)
@@ -165,18 +165,9 @@ func (la *lookahead) bucket(numa int) int {
 }
 
 // zeroed is buf resized to n zeros, reusing its array when it is large enough.
-func zeroed(buf []int, n int) []int {
+func zeroed[T int | float64](buf []T, n int) []T {
 	if cap(buf) < n {
-		return make([]int, n)
-	}
-	buf = buf[:n]
-	clear(buf)
-	return buf
-}
-
-func zeroedF(buf []float64, n int) []float64 {
-	if cap(buf) < n {
-		return make([]float64, n)
+		return make([]T, n)
 	}
 	buf = buf[:n]
 	clear(buf)
