@@ -312,7 +312,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		var first *store.WindowRequest
 		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
 			first = &store.WindowRequest{Query: s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
-				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes, Ties: sched.WindowTies}
+				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: sched.WindowEmptyTies}
 		}
 		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
 		r, err := requestFor(actor, req.SKU, look.SKU, err, req.GPUs, req.Region)
@@ -515,7 +515,7 @@ const (
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	req := sched.Request{GPUs: r.gpus, Policy: r.policy}
-	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes, Ties: sched.WindowTies}
+	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: sched.WindowEmptyTies}
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
 		var err error

@@ -233,7 +233,8 @@ func TestCreateWhoseInsertConflictsPlacesElsewhere(t *testing.T) {
 // Among nodes equally tight for a request, the best-fit windows read the node holding more
 // live allocations first (nodes.slice_allocations, kept by the capacity refresh), even past
 // the first window in name order; and of nodes equal on both they read at most
-// sched.WindowTies, however many the window spans.
+// sched.WindowTies, however many the window spans (sched.WindowEmptyTies, fewer, is only for
+// nodes holding no allocation).
 func TestWindowsPreferNodesWithMoreAllocations(t *testing.T) {
 	b := setup(t)
 	many := b.addNode("z-many", 70)
@@ -281,7 +282,7 @@ func TestWindowsPreferNodesWithMoreAllocations(t *testing.T) {
 	}
 	b.tx(func(tx *store.Tx) error {
 		w, err := tx.SliceWindow(b.ctx, store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"}, GPUs: 1, Group: 1,
-			Limit: sched.WindowNodes, Ties: sched.WindowTies})
+			Limit: sched.WindowNodes, Ties: sched.WindowTies, EmptyTies: sched.WindowEmptyTies})
 		if err != nil {
 			return err
 		}

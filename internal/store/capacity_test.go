@@ -302,7 +302,9 @@ func TestWindowReadsOnlyNodesWhoseGroupFits(t *testing.T) {
 
 // A window spans its positions but reads the slots of at most Ties of the nodes with the same
 // best-fit key (available slots, live allocations; on an empty fleet, every node), in best-fit
-// order; Ties 0 reads them all.
+// order, or EmptyTies of them when the key holds no allocation; Ties 0 reads them all.
+// (alloc.TestWindowsPreferNodesWithMoreAllocations: EmptyTies leaves nodes holding
+// allocations to Ties.)
 func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 	st, _ := open(t)
 	var names []string
@@ -311,11 +313,11 @@ func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 		n := addNode(t, st, fmt.Sprintf("tie-%02d", i), 40+i)
 		names, byID[n.ID] = append(names, n.Name), n.Name
 	}
-	read := func(ties int) (spans, reads []string) {
+	read := func(ties, empty int) (spans, reads []string) {
 		t.Helper()
 		err := st.InTx(context.Background(), func(tx *store.Tx) error {
 			w, err := tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"},
-				GPUs: 1, Group: 1, Limit: 32, Ties: ties})
+				GPUs: 1, Group: 1, Limit: 32, Ties: ties, EmptyTies: empty})
 			for _, id := range w.NodeIDs {
 				spans = append(spans, byID[id])
 			}
@@ -334,11 +336,17 @@ func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 		}
 		return spans, reads
 	}
-	spans, reads := read(8)
+	spans, reads := read(8, 0)
 	if !slices.Equal(spans, names) || !slices.Equal(reads, names[:8]) {
 		t.Fatalf("Ties 8: the window spans %v and reads %v, want all 12 and the first 8", spans, reads)
 	}
-	if spans, reads = read(0); !slices.Equal(spans, names) || !slices.Equal(reads, names) {
+	if spans, reads = read(8, 2); !slices.Equal(spans, names) || !slices.Equal(reads, names[:2]) {
+		t.Fatalf("Ties 8, EmptyTies 2: the window spans %v and reads %v, want all 12 and the first 2 (no node holds an allocation)", spans, reads)
+	}
+	if spans, reads = read(0, 0); !slices.Equal(spans, names) || !slices.Equal(reads, names) {
 		t.Fatalf("Ties 0: the window spans %v and reads %v, want all 12 read", spans, reads)
+	}
+	if spans, reads = read(0, 3); !slices.Equal(spans, names) || !slices.Equal(reads, names[:3]) {
+		t.Fatalf("Ties 0, EmptyTies 3: the window spans %v and reads %v, want all 12 and the first 3", spans, reads)
 	}
 }

@@ -168,7 +168,8 @@ type WindowKey struct {
 // $10, $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
 // WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
 // available_slots, neg_allocs, name, and fits: whether its largest group has $9 and it is one of
-// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit). Best-fit
+// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit, or of the
+// first $12 when the key holds no allocation and $12 > 0: WindowRequest.EmptyTies). Best-fit
 // order is fewest available slots, then most live slice allocations (neg_allocs, their count
 // negated: the nodes_best_fit index's key), then name. $1-$4 are PlacementQuery.args(), $5
 // the GPUs. Only the nodes that fit are read further, so a window spans the same best-fit
@@ -180,7 +181,8 @@ const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, -n.slice_a
 		  AND n.group_available >= $9 AND (n.available_slots, -n.slice_allocations, n.name) > ($6, $10, $7)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT 1),
 	win AS MATERIALIZED (SELECT w.id, w.available_slots, w.neg_allocs, w.name,
-		         w.group_available >= $9 AND ($11 = 0 OR row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name) <= $11) AS fits
+		         w.group_available >= $9 AND row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name)
+		           <= CASE WHEN w.neg_allocs = 0 AND $12 > 0 THEN $12 WHEN $11 > 0 THEN $11 ELSE $8 END AS fits
 		FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name, n.group_available ` + windowFrom + `
 		  AND (n.available_slots, -n.slice_allocations, n.name) >= (f.available_slots, f.neg_allocs, f.name)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w)`
@@ -275,6 +277,10 @@ type WindowRequest struct {
 	// both are mostly alike (on an empty fleet, all of them), and this keeps a wide window's
 	// cost on such a fleet that of a narrow one.
 	Ties int
+	// EmptyTies, when not 0, replaces Ties for the nodes holding no allocation
+	// (sched.WindowEmptyTies): those alike in available slots differ in nothing the ranking
+	// sees but their names, so reading more of them only costs slot rows.
+	EmptyTies int
 }
 
 // queue appends the window's statements to b.
@@ -285,10 +291,10 @@ func (w WindowRequest) queue(b *pgx.Batch) {
 	b.Queue(windowSQL, w.sqlArgs()...)
 }
 
-// sqlArgs is windowSQL's arguments ($1-$11).
+// sqlArgs is windowSQL's arguments ($1-$12).
 func (w WindowRequest) sqlArgs() []any {
 	k := w.key()
-	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations, w.Ties)
+	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations, w.Ties, w.EmptyTies)
 }
 
 func (w WindowRequest) key() WindowKey {

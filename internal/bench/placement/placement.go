@@ -180,7 +180,7 @@ type Placer interface {
 // best-fit windows of sched.WindowNodes positions (the fewest free slots that can still hold
 // the request, then most live requests, then name, from the first node with a NUMA group of
 // sched.WindowGroup free slots; only such nodes are ranked, at most sched.WindowTies alike in
-// both free slots and live requests), the next window while one's ranking is not settled
+// both free slots and live requests, sched.WindowEmptyTies of those holding none), the next window while one's ranking is not settled
 // (nothing, or only spans), and every node after sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
 type Ours struct{ FullScan bool }
@@ -224,7 +224,8 @@ func (c *Cluster) bestFitOrder(size int) []int {
 // windows walks the controller's best-fit windows over order for a request of size GPUs: each
 // spans span positions from the first node (after the last window) whose largest free group
 // could hold the request (sched.WindowGroup), and settle gets those of its nodes that could,
-// at most sched.WindowTies of each best-fit key (free slots, live requests), until it reports
+// at most sched.WindowTies of each best-fit key (free slots, live requests; sched.WindowEmptyTies
+// of a key with no live request), until it reports
 // the request settled or sched.WindowsBeforeFullScan windows have been read. It returns
 // whether one settled it.
 func (c *Cluster) windows(size, span int, order []int, settle func(win []int) bool) bool {
@@ -248,7 +249,11 @@ func (c *Cluster) windows(size, span int, order []int, settle func(win []int) bo
 					tie = 0
 				}
 			}
-			if c.largestGroup(n) >= group && (sched.WindowTies == 0 || tie < sched.WindowTies) {
+			limit := sched.WindowTies
+			if c.allocs[n] == 0 && sched.WindowEmptyTies > 0 {
+				limit = sched.WindowEmptyTies
+			}
+			if c.largestGroup(n) >= group && (limit == 0 || tie < limit) {
 				win = append(win, n)
 			}
 		}

@@ -2,10 +2,12 @@ package placement
 
 import (
 	"fmt"
-	"github.com/gpuaas/gpuaas/internal/sched"
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/sched"
 )
 
 func TestChurnInvariantsAndDeterminism(t *testing.T) {
@@ -145,11 +147,14 @@ func TestFirstRejection(t *testing.T) {
 func fullCluster(n int, free map[int][]int) *Cluster {
 	c := NewCluster(n)
 	for i := range c.used {
+		var held []int
 		for s := range c.used[i] {
-			c.used[i][s] = true
+			if !slices.Contains(free[i], s) {
+				held = append(held, s)
+			}
 		}
-		for _, s := range free[i] {
-			c.used[i][s] = false
+		if len(held) > 0 {
+			c.take(i, held) // one request holds what is not free
 		}
 	}
 	return c
@@ -180,6 +185,12 @@ func TestOursWalksBestFitWindows(t *testing.T) {
 	c.windows(1, sched.WindowNodes, c.bestFitOrder(1), func(win []int) bool { read = win; return true })
 	if len(read) != sched.WindowTies || read[0] != 0 || read[len(read)-1] != sched.WindowTies-1 {
 		t.Fatalf("the first window read nodes %v, want 0 to %d", read, sched.WindowTies-1)
+	}
+	// Of nodes alike that hold nothing, it reads only WindowEmptyTies.
+	empty := NewCluster(last)
+	empty.windows(1, sched.WindowNodes, empty.bestFitOrder(1), func(win []int) bool { read = win; return true })
+	if len(read) != sched.WindowEmptyTies || read[0] != 0 {
+		t.Fatalf("the first window of an empty fleet read nodes %v, want the first %d", read, sched.WindowEmptyTies)
 	}
 	for n := range last {
 		free[n] = []int{3, 7} // one free slot per group: 2 GPUs only as a span
