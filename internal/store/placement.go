@@ -194,39 +194,48 @@ const windowFrom = `FROM nodes n
 
 // windowSQL is a best-fit window, the full slot filter on its nodes and their topology in one
 // statement (so one snapshot: the window cannot move between reading its nodes and their
-// slots when a hint refresh commits in between), reading each node once and its slots and live
-// claims through indexes by node, so its cost grows with neither the fleet nor the allocation
-// history (TestWindowCostIgnoresAllocationHistory). It returns each window node in window
-// order, whether it fits (windowNodes), with every enabled slice slot of the placeable ones
-// that fit (the topology: slots per NUMA group), its live slot claims and whether the slot is a
-// candidate; a node with no such slot comes once with NULL slot columns. The node-level checks run once per node, and the VF
-// checks over the node's slots and live claims already read: as a NOT EXISTS per candidate
-// slot (the fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the
-// statement's buffers. The window's nodes are looked up by id behind a fence (OFFSET 0):
-// joined to nodes, a table without statistics (just onboarded, or just upgraded) had the
-// planner find each of them by scanning the best-fit index from its start, running the node
-// checks on every node it passed (TestWindowCostIgnoresFullNodes).
+// slots when a hint refresh commits in between), reading each node once and its slots and
+// their live claims through indexes, so its cost grows with neither the fleet nor the
+// allocation history (TestWindowCostIgnoresAllocationHistory). It returns, first, one row per
+// window node in window order (kind 0: its best-fit key, whether it fits (windowNodes) and its
+// live slot claims and allocations), then one row per enabled slice slot of the placeable
+// nodes that fit (kind 1, in no order: the node, the slot, its NUMA node, whether it is a
+// candidate and its live holder). The node-level checks run once per node, and the VF checks
+// over the node's slots and live claims already read: as a NOT EXISTS per candidate slot (the
+// fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the statement's
+// buffers. Each slot's live claim is one probe of claims_one_live_per_slot behind a fence
+// (OFFSET 0, so the planner cannot turn it into a scan of every live claim), and the claim
+// counts and VFs in use come from those rows. Slot rows are not joined back to the window's
+// nodes: with the planner's one-row estimates for every CTE that join, and a holder looked up
+// per slot row, were nested loops over the window's rows, most of a busy window's time (22
+// nodes, 127 rows: 2.0 ms against 1.2 ms now). The window's nodes are looked up by id behind a
+// fence (OFFSET 0): joined to nodes, a table without statistics (just onboarded, or just
+// upgraded) had the planner find each of them by scanning the best-fit index from its start,
+// running the node checks on every node it passed (TestWindowCostIgnoresFullNodes).
 var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 	placeable AS MATERIALIZED (SELECT n.id, n.name, n.slice_sku
 		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts
 		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win WHERE fits)) OFFSET 0) n
 		WHERE NOT n.draining AND `+nodeOK+`),
-	live AS MATERIALIZED (SELECT c.node_id, c.slot_id, c.fabric_vf_pci_address, c.allocation_id FROM allocation_resource_claims c -- index claims_live_node
-		WHERE c.node_id IN (SELECT id FROM placeable) AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`),
 	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status,
 		         s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL AND s.status <> 'disabled' AS slice,
 		         s.capacity_metadata->>'fabric_vf_pci_address' AS vf,
-		         coalesce(`+slotOK+` AND `+storageOK+` AND `+fabricShape+`, false) AS ok
-		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id),
+		         coalesce(`+slotOK+` AND `+storageOK+` AND `+fabricShape+`, false) AS ok,
+		         c.allocation_id AS holder, c.fabric_vf_pci_address AS claim_vf
+		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id
+		LEFT JOIN LATERAL (SELECT c.allocation_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_one_live_per_slot
+		                   WHERE c.slot_id = s.id AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+` `+probeFence+`) c ON true),
 	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
-		UNION ALL SELECT node_id, fabric_vf_pci_address FROM live WHERE fabric_vf_pci_address <> ''),
-	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT allocation_id) AS a FROM live GROUP BY node_id)
-	SELECT w.id::text, w.available_slots, w.neg_allocs, w.name, w.fits, s.id::text, s.slot_index, coalesce(s.numa_node, -1),
-	       coalesce(cl.n, 0), coalesce(cl.a, 0),
-	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf),
-	       (SELECT lv.allocation_id::text FROM live lv WHERE lv.slot_id = s.id)
-	FROM win w LEFT JOIN slots s ON s.node_id = w.id AND s.slice LEFT JOIN claimed cl ON cl.node_id = w.id
-	ORDER BY w.available_slots, w.neg_allocs, w.name, s.slot_index`, probeFence, "OFFSET 0")
+		UNION ALL SELECT node_id, claim_vf FROM slots WHERE claim_vf <> ''),
+	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT holder) AS a FROM slots WHERE holder IS NOT NULL GROUP BY node_id)
+	SELECT 0 AS kind, w.id::text, w.available_slots, w.neg_allocs, w.name, w.fits, coalesce(cl.n, 0), coalesce(cl.a, 0),
+	       NULL::text, NULL::int, NULL::int, NULL::bool, NULL::text
+	FROM win w LEFT JOIN claimed cl ON cl.node_id = w.id
+	UNION ALL
+	SELECT 1, s.node_id::text, NULL, NULL, NULL, NULL, NULL, NULL, s.id::text, s.slot_index, coalesce(s.numa_node, -1),
+	       s.ok AND NOT EXISTS (SELECT 1 FROM taken_vf t WHERE t.node_id = s.node_id AND t.vf = s.vf), s.holder::text
+	FROM slots s WHERE s.slice
+	ORDER BY 1, 3, 4, 5`, probeFence, "OFFSET 0")
 
 // Window is one best-fit window: its nodes, where the next window starts, the nodes'
 // candidate slots (the full filter) and their topology.
@@ -324,44 +333,51 @@ func (w WindowRequest) read(br pgx.BatchResults) (Window, error) {
 	// Value types, not pointers, for the nullable columns: 64 rows a window, and a pointer per
 	// column per row was most of this reader's allocations.
 	var (
+		kind       int
 		node, name pgtype.Text
-		avail      int
+		avail      pgtype.Int4
+		negAllocs  pgtype.Int4
+		fits       pgtype.Bool
+		claimed    pgtype.Int8
+		allocs     pgtype.Int8
 		slotID     pgtype.Text
 		slotIndex  pgtype.Int4
 		numa       pgtype.Int4
-		negAllocs  int
-		claimed    pgtype.Int8
-		allocs     pgtype.Int8
 		candidate  pgtype.Bool
-		fits       bool
 		holder     pgtype.Text
 	)
+	names := map[string]string{}
 	held := map[string]map[string]int{} // node -> allocation -> its index in Occupants
 	for rows.Next() {
-		if err := rows.Scan(&node, &avail, &negAllocs, &name, &fits, &slotID, &slotIndex, &numa, &claimed, &allocs, &candidate, &holder); err != nil {
+		if err := rows.Scan(&kind, &node, &avail, &negAllocs, &name, &fits, &claimed, &allocs, &slotID, &slotIndex, &numa, &candidate, &holder); err != nil {
 			return win, translate(err)
 		}
-		nt, seen := win.Topology[node.String]
-		if !seen {
-			nt = NodeTopology{GroupSize: map[int]int{}}
+		if kind == 0 {
+			// The window's nodes, in window order, before any slot.
+			if !node.Valid || !avail.Valid || !negAllocs.Valid || !name.Valid || !fits.Valid || !claimed.Valid || !allocs.Valid {
+				return win, fmt.Errorf("window: a node row with NULL columns")
+			}
 			win.NodeIDs = append(win.NodeIDs, node.String)
-			if fits {
+			if fits.Bool {
 				win.Read = append(win.Read, node.String)
 			}
-			win.Next = WindowKey{Available: avail, Allocations: -negAllocs, Name: name.String}
+			win.Next = WindowKey{Available: int(avail.Int32), Allocations: -int(negAllocs.Int32), Name: name.String}
+			names[node.String] = name.String
+			win.Topology[node.String] = NodeTopology{GroupSize: map[int]int{}, ClaimedSlots: int(claimed.Int64), Allocations: int(allocs.Int64)}
+			continue
 		}
-		if slotID.Valid && slotIndex.Valid && numa.Valid && claimed.Valid && allocs.Valid && candidate.Valid {
-			nt.GroupSize[int(numa.Int32)]++
-			nt.ApprovedSlots++
-			nt.ClaimedSlots = int(claimed.Int64)
-			nt.Allocations = int(allocs.Int64)
-			if holder.Valid {
-				nt.Occupants = addOccupant(held, nt.Occupants, node.String, holder.String, int(numa.Int32))
-			}
-			if candidate.Bool {
-				win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node.String, NodeName: name.String,
-					SlotID: slotID.String, SlotIndex: int(slotIndex.Int32), NUMANode: int(numa.Int32)})
-			}
+		nt, seen := win.Topology[node.String]
+		if !seen || !slotID.Valid || !slotIndex.Valid || !numa.Valid || !candidate.Valid {
+			return win, fmt.Errorf("window: a slot row for a node the window did not return, or with NULL columns")
+		}
+		nt.GroupSize[int(numa.Int32)]++
+		nt.ApprovedSlots++
+		if holder.Valid {
+			nt.Occupants = addOccupant(held, nt.Occupants, node.String, holder.String, int(numa.Int32))
+		}
+		if candidate.Bool {
+			win.Candidates = append(win.Candidates, CandidateSlot{NodeID: node.String, NodeName: names[node.String],
+				SlotID: slotID.String, SlotIndex: int(slotIndex.Int32), NUMANode: int(numa.Int32)})
 		}
 		win.Topology[node.String] = nt
 	}

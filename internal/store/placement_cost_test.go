@@ -12,8 +12,9 @@ import (
 )
 
 // windowBuffers runs the placement window's candidate statement (a 1-GPU request's first
-// window) under EXPLAIN (ANALYZE, BUFFERS) with the generic plan production uses, and returns the candidates it found and the
-// buffers it touched.
+// window) under EXPLAIN (ANALYZE, BUFFERS) with the generic plan production uses, and returns
+// the slot rows it found (the statement run again, as production reads it) and the buffers it
+// touched.
 func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 	t.Helper()
 	ctx := context.Background()
@@ -42,7 +43,22 @@ func windowBuffers(t *testing.T, conn *pgx.Conn) (rows, buffers int) {
 		t.Fatalf("plan %s: %v", plan, err)
 	}
 	t.Logf("window statement: %d rows, %d buffers", out[0].Plan.Rows, out[0].Plan.Hit+out[0].Plan.Read)
-	return out[0].Plan.Rows, out[0].Plan.Hit + out[0].Plan.Read
+	slotRows := 0
+	all, err := tx.Query(ctx, store.WindowSQL, store.FirstWindowArgs("h200-sxm-slice", 1, 8, 1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for all.Next() {
+		if v, err := all.Values(); err != nil || len(v) == 0 {
+			t.Fatalf("window row %v: %v", v, err)
+		} else if v[0] == int32(1) {
+			slotRows++
+		}
+	}
+	if all.Close(); all.Err() != nil {
+		t.Fatal(all.Err())
+	}
+	return slotRows, out[0].Plan.Hit + out[0].Plan.Read
 }
 
 // refreshAndConnect recounts the best-fit hint (so the new nodes are in windows) and opens a
