@@ -101,3 +101,40 @@ func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
 	}
 	eqIdx(t, idx, 0, 1, 2, 3)
 }
+
+// Concurrent creates on an empty fleet each find a node of their own in the windows: a window
+// reads only two of the nodes alike that hold no allocation for a create alone
+// (sched.WindowEmptyTies), one more for each other create under way, so a burst does not lose
+// its races window after window and end in whole-fleet rankings.
+func TestConcurrentCreatesOnAnEmptyFleetStayInWindows(t *testing.T) {
+	b := setup(t)
+	for i := range 120 {
+		b.addNode(fmt.Sprintf("e%03d", i), i)
+	}
+	b.refreshCapacity()
+	const creates = 32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, creates)
+	for range creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := b.create(b.tenant, "h200-sxm-slice", 4)
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+	}
+	if st := b.svc.Stats(); st.FleetScans != 0 {
+		t.Fatalf("%d concurrent creates on 120 empty nodes ranked the whole fleet %d times (%d windows)", creates, st.FleetScans, st.Windows)
+	}
+	b.invariants()
+}

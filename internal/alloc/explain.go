@@ -69,8 +69,10 @@ func (s *Service) Explain(ctx context.Context, actor Actor, req apiv1.PlacementR
 		if i == 5 {
 			break
 		}
+		frag, look := c.FragmentationDelta, c.Lookahead
 		out.Choices = append(out.Choices, apiv1.PlacementChoice{NodeID: c.NodeID, NodeName: c.NodeName,
-			SlotIndexes: c.SlotIndexes, NUMANodes: c.NUMANodes, Reason: c.Reason})
+			SlotIndexes: c.SlotIndexes, NUMANodes: c.NUMANodes, Reason: c.Reason,
+			FragmentationDelta: &frag, Lookahead: &look, Tier: c.Tier + 1})
 	}
 	return out, nil
 }

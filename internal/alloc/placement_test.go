@@ -3,7 +3,9 @@ package alloc_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -443,6 +445,58 @@ func TestExplainReservesNothing(t *testing.T) {
 	ex, err = b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 3})
 	if err != nil || ex.Feasible || ex.Reason != apiv1.ReasonCountNotAllowed {
 		t.Fatalf("explain 3 = %+v, %v", ex, err)
+	}
+}
+
+// Explain carries each slice choice's numbers, not only its prose: the FGD change, the
+// look-ahead the ranking used and the tier, the same values its reason states.
+func TestExplainShowsTheRankingsNumbers(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1)
+	b.addNode("n2", 2)
+	b.mustCreate(2)
+	b.refreshCapacity()
+	ex, err := b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1})
+	if err != nil || !ex.Feasible || len(ex.Choices) < 2 {
+		t.Fatalf("explain = %+v, %v", ex, err)
+	}
+	number := func(reason, label string) float64 {
+		t.Helper()
+		i := strings.Index(reason, label+" ")
+		if i < 0 {
+			t.Fatalf("reason %q has no %s", reason, label)
+		}
+		f, err := strconv.ParseFloat(strings.TrimRight(strings.Fields(reason[i+len(label)+1:])[0], ",)"), 64)
+		if err != nil {
+			t.Fatalf("reason %q: %s: %v", reason, label, err)
+		}
+		return f
+	}
+	differ := false
+	for i, c := range ex.Choices {
+		if c.Lookahead == nil || c.FragmentationDelta == nil || c.Tier < 1 || (i > 0 && c.Tier < ex.Choices[i-1].Tier) || (i == 0 && c.Tier != 1) {
+			t.Fatalf("choice %d: %+v: want both numbers and tiers from 1, never decreasing", i, c)
+		}
+		if got := number(c.Reason, "look-ahead"); math.Abs(got-*c.Lookahead) > 0.0051 {
+			t.Errorf("choice %d: lookahead %v, its reason says %v (%s)", i, *c.Lookahead, got, c.Reason)
+		}
+		if got := number(c.Reason, "fragmentation change"); math.Abs(got-*c.FragmentationDelta) > 0.0051 {
+			t.Errorf("choice %d: fragmentation_delta %v, its reason says %v (%s)", i, *c.FragmentationDelta, got, c.Reason)
+		}
+		differ = differ || math.Abs(*c.Lookahead-*c.FragmentationDelta) > 0.01
+	}
+	if !differ {
+		t.Fatalf("every choice has the same look-ahead as FGD change: %+v; the case cannot tell them apart", ex.Choices)
+	}
+	// The baremetal SKU's choices are whole nodes: no numbers.
+	bm, err := b.svc.Explain(b.ctx, b.admin, apiv1.PlacementRequest{SKU: "h200-sxm-baremetal-8g", GPUs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range bm.Choices {
+		if c.Lookahead != nil || c.FragmentationDelta != nil || c.Tier != 0 {
+			t.Fatalf("baremetal choice %+v carries slice numbers", c)
+		}
 	}
 }
 

@@ -386,6 +386,13 @@ type PlacementChoice struct {
 	SlotIndexes []int  `json:"slot_indexes,omitempty"`
 	NUMANodes   []int  `json:"numa_nodes,omitempty"`
 	Reason      string `json:"reason"`
+	// For a slice: how much the pick grows the node's expected unusable free GPUs now (the FGD
+	// change) and the ranking's criterion, the look-ahead (docs/scheduling.md), both in GPUs;
+	// lower is better. Tier is the choice's ranking class (1 the best): choices of one tier
+	// differ only in tie-breakers. Absent for a whole node.
+	FragmentationDelta *float64 `json:"fragmentation_delta,omitempty"`
+	Lookahead          *float64 `json:"lookahead,omitempty"`
+	Tier               int      `json:"tier,omitempty"`
 }
 
 // PlacementExplain answers a placement dry run.

@@ -55,11 +55,12 @@ const (
 // available slots and allocations are mostly alike in what the look-ahead sees (on an empty
 // fleet every node is), so reading 8 of them keeps a window's cost there that of 8 nodes.
 // Nodes alike that hold no allocation at all differ in nothing the ranking sees but their
-// names, so a window reads only WindowEmptyTies of those: the rest would cost slot rows (a
-// third of an empty fleet's window statement) and could only lose the name tie-break; two,
-// not one, so that concurrent creates losing the same race have a second node to scatter to
-// before the next window. internal/alloc walks the windows; the placement benchmark walks them
-// the same way, so the policy it measures is the one in production.
+// names, so a create alone reads only WindowEmptyTies of those: the rest would cost slot rows
+// (a third of an empty fleet's window statement) and could only lose the name tie-break.
+// Concurrent creates rank the same windows and each needs a node of its own, so internal/alloc
+// reads one more for each other create under way in its replica, up to WindowTies. internal/alloc
+// walks the windows; the placement benchmark walks them the same way (one request at a time),
+// so the policy it measures is the one in production.
 const (
 	WindowNodes           = 32
 	WindowTies            = 8
