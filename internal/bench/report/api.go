@@ -388,8 +388,16 @@ func (s *apiSuite) markdown() string {
 		}
 		qs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.PairP50ms, p.PairP50ms) })
 		q := benchenv.Median(qs)
-		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d rounds %.2fx (rounds %s) (target <= 2x): %s.\n",
+		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d rounds %.2fx (rounds %s) (target <= 2x): %s.",
 			fleet, len(qs), q, ratioList(qs), verdict(q > 0 && q <= 2))
+		// The issue compares "create latency" with pgbench's per-transaction latency; the raw
+		// script's transaction is a reserve and a release, so the verdict above compares pair
+		// with pair. The create alone against the same is shown too, for the reader; it is not
+		// the verdict.
+		if cs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.CreateP50ms, p.PairP50ms) }); len(cs) > 0 {
+			fmt.Fprintf(&b, " The API's create alone against the raw script's whole pair (reserve and release): median %.2fx (rounds %s); not the verdict.", benchenv.Median(cs), ratioList(cs))
+		}
+		b.WriteString("\n")
 	}
 	if len(s.Fleets) > 1 {
 		small, big := s.Fleets[0], s.Fleets[len(s.Fleets)-1]
