@@ -214,7 +214,7 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 		fmt.Fprintf(&b, "This run's fleet is %d nodes, not the issue's 1,000 (a smoke run): on a smaller fleet the policies differ by other margins, so these verdicts are not the issue's.\n\n", nodes)
 	}
 	b.WriteString(placementTargets(runs, res, loads, nodes*8))
-	b.WriteString("\n**Scale sanity** (item 6): scheduler CPU per 2-GPU decision, fleet half full, every node ranked (the fallback path; a window ranks at most 32 nodes, 8 on an empty fleet), the candidate list built in Go as the store would return it: ")
+	b.WriteString("\n**Scale sanity** (item 6): scheduler CPU per 2-GPU decision, fleet half full, every node ranked (the fallback path; a window ranks at most 32 nodes; on an empty fleet 2 for a create alone, up to 8 under concurrent creates), the candidate list built in Go as the store would return it: ")
 	for _, s := range scale {
 		fmt.Fprintf(&b, "%d nodes %d µs; ", s["nodes"], s["microseconds_per_decision"])
 	}
