@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -841,12 +842,30 @@ func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, wi
 			return rec, nil, translate(err)
 		}
 	}
-	_, err = br.Exec() // COMMIT: it ran, so the transaction is over whatever it answered
+	tag, err := br.Exec() // COMMIT: it ran, so the transaction is over whatever it answered
 	t.tx.committedBy()
-	if err != nil {
-		return rec, nil, translate(err)
+	if err := commitOutcome(tag, err, br.Close()); err != nil {
+		return rec, nil, err
 	}
-	return rec, tasks, translate(br.Close())
+	return rec, tasks, nil
+}
+
+// commitOutcome is the outcome of a batch whose last statement was COMMIT, from COMMIT's own
+// answer (tag, err) and what closing the batch reported after it (the third argument, which it
+// never returns). Once COMMIT has
+// answered COMMIT the transaction is durable: a PostgreSQL fast shutdown terminating the
+// backend right after it (its FATAL arrives behind the COMMIT's answer, before the batch's
+// end) must not turn a write that happened into a reported failure: the client would be told
+// to retry a create that exists (TestPostgresRestartUnderLoad caught one). Without COMMIT's
+// answer the outcome is unknown, and the error says so as any lost connection does.
+func commitOutcome(tag pgconn.CommandTag, err, _ error) error {
+	if err != nil {
+		return translate(err)
+	}
+	if tag.String() != "COMMIT" { // e.g. ROLLBACK: the transaction had failed
+		return fmt.Errorf("store: the transaction did not commit (COMMIT answered %q)", tag.String())
+	}
+	return nil // after a durable commit nothing closing the batch says can undo the write
 }
 
 // AllocationByIdempotencyKey finds an earlier allocation created with the same key.

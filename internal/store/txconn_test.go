@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
@@ -249,4 +250,23 @@ func errString(err error) string {
 		return "no error"
 	}
 	return err.Error()
+}
+
+// A batch whose COMMIT answered COMMIT succeeded, whatever the connection said after it (a
+// fast shutdown's FATAL behind the answer): reporting it failed would tell a client to retry a
+// create that exists. Without COMMIT's answer, or with another one, it did not.
+func TestCommitAnsweredIsCommitted(t *testing.T) {
+	fatal := &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}
+	if err := commitOutcome(pgconn.NewCommandTag("COMMIT"), nil, fatal); err != nil {
+		t.Fatalf("COMMIT answered, then FATAL: %v; want success", err)
+	}
+	if err := commitOutcome(pgconn.NewCommandTag("COMMIT"), nil, nil); err != nil {
+		t.Fatalf("COMMIT answered: %v", err)
+	}
+	if err := commitOutcome(pgconn.CommandTag{}, fatal, fatal); err == nil {
+		t.Fatal("COMMIT itself failed: want the error")
+	}
+	if err := commitOutcome(pgconn.NewCommandTag("ROLLBACK"), nil, nil); err == nil || !strings.Contains(err.Error(), "ROLLBACK") {
+		t.Fatalf("COMMIT answered ROLLBACK: %v; want an error naming it", err)
+	}
 }
