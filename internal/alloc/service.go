@@ -328,8 +328,9 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		// the rare SKU whose policy needs a different group (placeSlice).
 		var first *store.WindowRequest
 		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
-			first = &store.WindowRequest{Query: s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
-				GPUs: req.GPUs, Group: sched.WindowGroup(sched.Request{GPUs: req.GPUs}), Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: emptyTies}
+			w := firstWindow(s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
+				req.GPUs, sched.WindowGroup(sched.Request{GPUs: req.GPUs}), emptyTies)
+			first = &w
 		}
 		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
 		r, err := requestFor(actor, req.SKU, look.SKU, err, req.GPUs, req.Region)
@@ -527,13 +528,19 @@ const (
 	windowsBeforeFullScan = sched.WindowsBeforeFullScan
 )
 
+// firstWindow is a slice request's first best-fit window. Create reads it with the SKU and
+// placeSlice uses that read only if it asked for the same window, so both build it here.
+func firstWindow(q store.PlacementQuery, gpus, group, emptyTies int) store.WindowRequest {
+	return store.WindowRequest{Query: q, GPUs: gpus, Group: group, Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: emptyTies}
+}
+
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
 // non-empty ranking to try until try reports done (a reservation made, or an error). It
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	req := sched.Request{GPUs: r.gpus, Policy: r.policy}
-	wr := store.WindowRequest{Query: q, GPUs: r.gpus, Group: sched.WindowGroup(req), Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: r.emptyTies}
+	wr := firstWindow(q, r.gpus, sched.WindowGroup(req), r.emptyTies)
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
 		var err error

@@ -852,12 +852,12 @@ func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, wi
 
 // commitOutcome is the outcome of a batch whose last statement was COMMIT, from COMMIT's own
 // answer (tag, err) and what closing the batch reported after it (the third argument, which it
-// never returns). Once COMMIT has
-// answered COMMIT the transaction is durable: a PostgreSQL fast shutdown terminating the
-// backend right after it (its FATAL arrives behind the COMMIT's answer, before the batch's
-// end) must not turn a write that happened into a reported failure: the client would be told
-// to retry a create that exists (TestPostgresRestartUnderLoad caught one). Without COMMIT's
-// answer the outcome is unknown, and the error says so as any lost connection does.
+// never returns). Once COMMIT has answered COMMIT the transaction is durable: a PostgreSQL
+// fast shutdown terminating the backend right after it (its FATAL arrives behind the COMMIT's
+// answer, before the batch's end) must not turn a write that happened into a reported failure:
+// the client would be told to retry a create that exists (TestPostgresRestartUnderLoad caught
+// one). Without COMMIT's answer the outcome is unknown, and the error says so as any lost
+// connection does.
 func commitOutcome(tag pgconn.CommandTag, err, _ error) error {
 	if err != nil {
 		return translate(err)
