@@ -44,6 +44,9 @@ type Config struct {
 	// GCHeadroomMiB lets the Go heap grow this far past its live data before a collection
 	// (never less than Go's own 2 x live; 0: Go's default; the GOGC variable overrides it).
 	GCHeadroomMiB int `mapstructure:"gc_headroom_mib"`
+	// MaxProcs is how many CPUs the Go runtime schedules on: auto (half when PostgreSQL runs
+	// on this machine, else all), all, or a count; the GOMAXPROCS variable overrides it.
+	MaxProcs string `mapstructure:"max_procs"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -89,6 +92,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "", "this replica's own https://HOST:PORT for the other replicas, which relay terminal sessions it holds to it (default: the listen address; the hostname when listening on all addresses)")
 		case "gc-headroom-mib":
 			fs.Int(n, 48, "let the heap grow this many MiB past its live data before a garbage collection (at least Go's own 2x live): a small heap under load collects far less often; 0 = Go's default; a GOGC variable overrides it")
+		case "max-procs":
+			fs.String(n, "auto", "CPUs the Go runtime schedules on: auto (half of them when PostgreSQL runs on this machine, so the controller's idle processors do not spin on the database's cores; else all), all, or a count; a GOMAXPROCS variable overrides it")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -167,6 +172,11 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 	}
 	if fs.Lookup("gc-headroom-mib") != nil && (c.GCHeadroomMiB < 0 || c.GCHeadroomMiB > 4096) {
 		return fmt.Errorf("--gc-headroom-mib must be 0 (Go's default) to 4096")
+	}
+	if fs.Lookup("max-procs") != nil {
+		if _, err := parseMaxProcs(c.MaxProcs); err != nil {
+			return err
+		}
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -118,6 +119,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		defer tu.Stop()
 		log.Debug("garbage collection headroom", "mib", cfg.GCHeadroomMiB)
 	}
+	procs, _ := parseMaxProcs(cfg.MaxProcs) // validated by loadConfig
+	n, why := applyMaxProcs(procs, cfg.DatabaseURL, os.Getenv("GOMAXPROCS") != "")
+	log.Info("scheduling on CPUs", "gomaxprocs", n, "cpus", runtime.NumCPU(), "why", why)
 	if len(res.Created) > 0 {
 		log.Info("initialized state directory", "dir", cfg.StateDir, "created", res.Created)
 	}
