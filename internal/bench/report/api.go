@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,9 @@ type apiSuite struct {
 	Results        []apibench.Result `json:"results"`
 	DoubleBooked   int               `json:"double_booked_slots"`
 	PGVersion      string            `json:"postgres_version"`
+	// ControllerProcs is the GOMAXPROCS the controllers ran with (go_sched_gomaxprocs_threads:
+	// --max-procs auto gives half the CPUs when PostgreSQL runs on the same machine).
+	ControllerProcs int `json:"controller_gomaxprocs,omitempty"`
 	// Wakeup is the wake-up measure's runs, the replicas taking turns (Notes names the
 	// replica: a wakeArms name).
 	Wakeup []apibench.Result  `json:"wakeup,omitempty"`
@@ -90,6 +94,13 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 			return nil, err
 		}
 		envs[fleet] = env
+		if s.ControllerProcs == 0 {
+			procs, err := env.Metric(ctx, "go_sched_gomaxprocs_threads")
+			if err != nil {
+				return nil, err
+			}
+			s.ControllerProcs = int(procs)
+		}
 		if s.PGVersion == "" {
 			if err := env.DB.QueryRow(ctx, `SELECT current_setting('server_version')`).Scan(&s.PGVersion); err != nil {
 				return nil, err
@@ -318,7 +329,7 @@ func (s *apiSuite) markdown() string {
 	slices.SortStableFunc(rows, func(x, y apibench.Result) int {
 		return cmp.Or(cmp.Compare(x.Nodes, y.Nodes), cmp.Compare(x.Clients, y.Clients), cmp.Compare(x.Round, y.Round))
 	})
-	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d interleaved rounds of %g s of each kind at 1 and 16 clients (api, pgbench, api, ...) and %d of %g s at 64 clients (pgbench's 64 connections need longer to reach a steady rate); each fleet has its own database and controller, and the fleets take turns inside every round: the machine drifts between runs, so targets use each round's ratios and their median. **api**: N workers, each with its own HTTPS connection (HTTP/1.1 keep-alive, prebuilt requests written straight to the TLS connection and every answer checked: a lean load generator, as pgbench's libpq loop is) and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's 2 cores with their load generator.\n\n", s.PGVersion, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds)
+	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d interleaved rounds of %g s of each kind at 1 and 16 clients (api, pgbench, api, ...) and %d of %g s at 64 clients (pgbench's 64 connections need longer to reach a steady rate); each fleet has its own database and controller, and the fleets take turns inside every round: the machine drifts between runs, so targets use each round's ratios and their median. **api**: N workers, each with its own HTTPS connection (HTTP/1.1 keep-alive, prebuilt requests written straight to the TLS connection and every answer checked: a lean load generator, as pgbench's libpq loop is) and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's %d cores with their load generator; each controller schedules on %d of them (`--max-procs auto`: half when PostgreSQL runs on the same machine, so Go's idle processors do not spin on the database's cores).\n\n", s.PGVersion, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds, runtime.NumCPU(), s.ControllerProcs)
 	b.WriteString("| nodes | clients | round | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		errs, _ := json.Marshal(r.Errors)
