@@ -2,12 +2,10 @@ package controller
 
 import (
 	"fmt"
-	"net"
 	"runtime"
 	"strconv"
-	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Go's idle processors spin looking for work for a while before they sleep, and every request
@@ -55,28 +53,9 @@ func maxProcs(c procsChoice, goDefault int, envSet, dbLocal bool) (int, string) 
 	return 0, "auto: PostgreSQL runs elsewhere, every CPU the process may use"
 }
 
-// databaseIsLocal reports whether url ("" = the embedded cluster) reaches PostgreSQL on this
-// machine: a Unix socket or a loopback address. A URL that does not parse counts as remote
-// (opening the pool reports it).
-func databaseIsLocal(url string) bool {
-	if url == "" {
-		return true
-	}
-	cfg, err := pgconn.ParseConfig(url)
-	if err != nil {
-		return false
-	}
-	host := cfg.Host
-	if strings.HasPrefix(host, "/") || host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // applyMaxProcs sets the runtime's GOMAXPROCS as chosen and returns the value in force and why.
 func applyMaxProcs(c procsChoice, databaseURL string, envSet bool) (int, string) {
-	n, why := maxProcs(c, runtime.GOMAXPROCS(0), envSet, databaseIsLocal(databaseURL))
+	n, why := maxProcs(c, runtime.GOMAXPROCS(0), envSet, store.IsLocalDatabase(databaseURL))
 	if n > 0 {
 		runtime.GOMAXPROCS(n)
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -103,4 +105,24 @@ func IsUUID(s string) bool {
 		}
 	}
 	return true
+}
+
+// IsLocalDatabase reports whether url ("" = the controller's embedded cluster) reaches
+// PostgreSQL on this machine: a Unix socket, localhost or a loopback address (the first host
+// of a list, the one dialled first). A URL that does not parse counts as remote (opening the
+// pool reports it).
+func IsLocalDatabase(url string) bool {
+	if url == "" {
+		return true
+	}
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return false
+	}
+	host := cfg.Host
+	if strings.HasPrefix(host, "/") || host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
