@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -54,7 +56,19 @@ func phaseTrapKnobs() agent.Knobs {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "phase trap: %s %s attempt %d parked in %s until killed\n", p.AllocationID, p.Type, p.Attempt, p.Phase)
-		<-ctx.Done()
+		// hostd drains running tasks on SIGINT/SIGTERM, and this one never finishes: a script
+		// that fails while hostd is parked (testscript interrupts its background commands)
+		// would wait for it until the package's timeout. The trap stands in for a kill, so an
+		// interrupt ends the process as one would.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sig)
+		select {
+		case <-ctx.Done():
+		case s := <-sig:
+			fmt.Fprintf(os.Stderr, "phase trap: %v while parked: exiting as if killed\n", s)
+			os.Exit(137)
+		}
 	}}
 }
 
