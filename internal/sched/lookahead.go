@@ -19,8 +19,9 @@ import (
 const (
 	// departureHorizon is each live allocation's chance of having left by the horizon.
 	departureHorizon = 0.2
-	// lookaheadFGD divides the FGD change now in the score (weight 1/2).
-	lookaheadFGD = 2
+	// lookaheadFGD divides the FGD change now in the score (weight 1/3; 1/2 until 2026-11-26:
+	// docs/performance.md, "The FGD change at a third").
+	lookaheadFGD = 3
 	// maxLookaheadStates bounds the node states the expectation walks: the product over a
 	// node's NUMA groups of (slots that are free or held by live allocations + 1), 25 for two
 	// groups of four. A node past it (a topology far from any GPU server's) is scored as if

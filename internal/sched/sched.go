@@ -171,8 +171,8 @@ type Choice struct {
 	// longer be placed there, after minus before (FGD, Weng et al., ATC '23). Lower is better;
 	// negative when the pick uses up GPUs that some sizes could not use anyway.
 	FragmentationDelta float64
-	// Lookahead is the ranking's fragmentation criterion, in the same unit: half the FGD change
-	// now plus how much the pick grows the node's expected unusable free GPUs after a horizon in
+	// Lookahead is the ranking's fragmentation criterion, in the same unit: a third of the FGD
+	// change now plus how much the pick grows the node's expected unusable free GPUs after a horizon in
 	// which each live allocation on the node, this one included, has left with probability 1/5
 	// (lookahead.go). Lower is better.
 	Lookahead float64

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"math"
 	"math/rand"
 	"reflect"
 	"slices"
@@ -458,12 +459,12 @@ func sortInts(a []int) {
 
 func TestReasonStrings(t *testing.T) {
 	o := PlaceSlice(Request{GPUs: 1}, []Node{node("n1", 1, 1, 2, 3, 4, 5, 6, 7)})
-	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, look-ahead -0.13, group remainder 2, node remainder 6)"
+	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, look-ahead -0.11, group remainder 2, node remainder 6)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 2}, []Node{node("n1", 6, 0, 4)})
-	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, look-ahead -0.78, group remainder 0, node remainder 0)"
+	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, look-ahead -0.68, group remainder 0, node remainder 0)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
@@ -764,9 +765,26 @@ func TestMixOverride(t *testing.T) {
 	for i := range scaled {
 		scaled[i].Weight *= 7
 	}
-	if got := PlaceSlice(Request{GPUs: 2, Mix: scaled}, nodes); !reflect.DeepEqual(got, want) {
+	if got := PlaceSlice(Request{GPUs: 2, Mix: scaled}, nodes); !sameUpToRounding(got, want) {
 		t.Fatalf("scaled mix: %v, want %v", shorts(got), shorts(want))
 	}
+}
+
+// sameUpToRounding is reflect.DeepEqual, except that each choice's Lookahead may differ by one
+// unit of the score's fixed point (scoreUnit, over the mix's total weight): a third of the FGD
+// change is not exact, and a scaled mix rounds it at a different place.
+func sameUpToRounding(a, b Outcome) bool {
+	if len(a.Choices) != len(b.Choices) {
+		return false
+	}
+	a.Choices = slices.Clone(a.Choices)
+	for i := range a.Choices {
+		if math.Abs(a.Choices[i].Lookahead-b.Choices[i].Lookahead) > scoreUnit {
+			return false
+		}
+		a.Choices[i].Lookahead = b.Choices[i].Lookahead
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 func TestInvalidMix(t *testing.T) {
