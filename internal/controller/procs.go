@@ -15,16 +15,16 @@ import (
 // CPU per pair 2.2 -> 1.4 ms, PostgreSQL's 4.1 -> 3.2 ms) and changed nothing at 16 or 64
 // clients. So with the database on the same machine the controller leaves it half the CPUs.
 
-// procsChoice is what --max-procs asked for: auto, all, or a count.
+// procsChoice is what --max-procs asked for: all, a count n, or (the zero value) auto.
 type procsChoice struct {
-	auto, all bool
-	n         int
+	all bool
+	n   int
 }
 
 func parseMaxProcs(s string) (procsChoice, error) {
 	switch s {
 	case "auto", "":
-		return procsChoice{auto: true}, nil
+		return procsChoice{}, nil
 	case "all":
 		return procsChoice{all: true}, nil
 	}
