@@ -72,6 +72,10 @@ func (t *Tuner) tune() {
 	if t.stopped {
 		return
 	}
+	// Re-arm before reporting: whoever learns of this tuning (a test waiting on onTune) may
+	// collect again at once, and a sentinel allocated after that collection would wait for
+	// the one after it.
+	t.arm()
 	metrics.Read(t.sample)
 	if t.sample[0].Value.Kind() == metrics.KindUint64 {
 		p := Percent(t.sample[0].Value.Uint64(), t.headroom)
@@ -83,7 +87,6 @@ func (t *Tuner) tune() {
 			t.onTune(p)
 		}
 	}
-	t.arm()
 }
 
 // Stop ends the tuning and restores Go's default GC percent. Safe on a nil Tuner.
