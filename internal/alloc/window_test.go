@@ -343,8 +343,8 @@ func TestPlacementLooksAheadAtWhoSharesTheNode(t *testing.T) {
 	})
 	b.refreshCapacity()
 	// Both nodes: slot 7 free, group 0 full, the same fragmentation change; p-five holds five
-	// allocations (2+2 | 1+1+1), q-three three (4 | 2+1). The look-ahead scores q-three -0.57,
-	// p-five -0.55 (sched.TestLookaheadMatchesItsDefinition holds the arithmetic).
+	// allocations (2+2 | 1+1+1), q-three three (4 | 2+1). The look-ahead scores q-three -0.55,
+	// p-five -0.53 (sched.TestLookaheadMatchesItsDefinition holds the arithmetic).
 	if node, idx := b.placed(b.mustCreate(1)); node != three.Name || fmt.Sprint(idx) != "[7]" {
 		t.Fatalf("1 GPU went to %s %v, want q-three [7]", node, idx)
 	}

@@ -22,6 +22,13 @@ const (
 	// lookaheadFGD divides the FGD change now in the score (weight 1/3; 1/2 until 2026-11-26:
 	// docs/performance.md, "The FGD change at a third").
 	lookaheadFGD = 3
+	// horizonWholeHost weighs the whole-host terms of the mix (8 GPUs on a GPU server) this
+	// many times in the expectation after the horizon, not in the FGD change now (2026-11-26:
+	// docs/performance.md, "A whole host counts double at the horizon"). A node is empty again
+	// only when every allocation on it has left, and only an empty node serves a whole-host
+	// request; at weight 1 the look-ahead traded empty nodes for free NUMA groups, and the
+	// free GPUs of nodes that were not empty were most of the unusable ones.
+	horizonWholeHost = 2
 	// maxLookaheadStates bounds the node states the expectation walks: the product over a
 	// node's NUMA groups of (slots that are free or held by live allocations + 1), 25 for two
 	// groups of four. A node past it (a topology far from any GPU server's) is scored as if
@@ -114,7 +121,7 @@ func (la *lookahead) reset(mix []mixTerm, nd Node, groups []group) {
 			}
 			largest = max(largest, n)
 		}
-		la.unus[s] = unusable(mix, total, largest, nd.ApprovedSlots)
+		la.unus[s] = unusableWeighted(mix, total, largest, nd.ApprovedSlots, horizonWholeHost)
 	}
 	now := 0
 	for b := range la.numa {

@@ -16,7 +16,8 @@ func bruteLookahead(nd Node, pick []Slot) float64 {
 	for _, s := range nd.FreeSlots {
 		free[s.NUMANode]++
 	}
-	u := func(f map[int]int) float64 {
+	// u is the unusable slots with the whole-host terms counted wholeHost times.
+	u := func(f map[int]int, wholeHost int) float64 {
 		sum, largest := 0, 0
 		for numa, k := range f {
 			sum += k
@@ -25,7 +26,13 @@ func bruteLookahead(nd Node, pick []Slot) float64 {
 			}
 			largest = max(largest, k)
 		}
-		return float64(unusable(mix, sum, largest, nd.ApprovedSlots))
+		extra := 0
+		for _, m := range mix {
+			if m.policy == PolicyFullHost && (sum != m.gpus || nd.ApprovedSlots != m.gpus) {
+				extra += (wholeHost - 1) * m.weight * sum
+			}
+		}
+		return float64(unusable(mix, sum, largest, nd.ApprovedSlots) + extra)
 	}
 	expect := func(start map[int]int, occ [][]int) float64 {
 		e := 0.0
@@ -45,7 +52,7 @@ func bruteLookahead(nd Node, pick []Slot) float64 {
 					f[numa]++
 				}
 			}
-			e += p * u(f)
+			e += p * u(f, horizonWholeHost)
 		}
 		return e
 	}
@@ -62,7 +69,7 @@ func bruteLookahead(nd Node, pick []Slot) float64 {
 		after[s.NUMANode]--
 		mine = append(mine, s.NUMANode)
 	}
-	now := u(after) - u(free)
+	now := u(after, 1) - u(free, 1)
 	return (now/lookaheadFGD + expect(after, append(occ, mine)) - expect(free, occ)) / float64(total)
 }
 

@@ -512,6 +512,11 @@ func resolveMix(in []MixEntry) ([]mixTerm, int, string) {
 // size that the node could not place contributes its weight times the node's free slots.
 // largest is the most free slots in one NUMA group (an unknown-NUMA slot is a group of one).
 func unusable(mix []mixTerm, free, largest, approved int) int {
+	return unusableWeighted(mix, free, largest, approved, 1)
+}
+
+// unusableWeighted is unusable with the whole-host terms of the mix weighed wholeHost times.
+func unusableWeighted(mix []mixTerm, free, largest, approved, wholeHost int) int {
 	u := 0
 	for _, m := range mix {
 		var fits bool
@@ -524,7 +529,11 @@ func unusable(mix []mixTerm, free, largest, approved int) int {
 			fits = free >= m.gpus
 		}
 		if !fits {
-			u += m.weight * free
+			w := m.weight
+			if m.policy == PolicyFullHost {
+				w *= wholeHost
+			}
+			u += w * free
 		}
 	}
 	return u

@@ -459,12 +459,12 @@ func sortInts(a []int) {
 
 func TestReasonStrings(t *testing.T) {
 	o := PlaceSlice(Request{GPUs: 1}, []Node{node("n1", 1, 1, 2, 3, 4, 5, 6, 7)})
-	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, look-ahead -0.11, group remainder 2, node remainder 6)"
+	want := "single NUMA group 0 on node n1 (node in slice mode, fragmented group, fragmentation change -0.10, look-ahead -0.19, group remainder 2, node remainder 6)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}
 	o = PlaceSlice(Request{GPUs: 2}, []Node{node("n1", 6, 0, 4)})
-	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, look-ahead -0.68, group remainder 0, node remainder 0)"
+	want = "spans 2 NUMA groups (0, 1) on node n1, no single group has 2 free (node in slice mode, fragmented groups, fragmentation change -0.60, look-ahead -0.84, group remainder 0, node remainder 0)"
 	if o.Choices[0].Reason != want {
 		t.Fatalf("reason %q, want %q", o.Choices[0].Reason, want)
 	}

@@ -1,11 +1,11 @@
 package placement
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"math/rand"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -210,12 +210,20 @@ func explorePolicy(name string, nodes, events int, load float64, seed int64) Pla
 	case "keep-groups": // minimizes the share by keeping whole groups free at any cost
 		return &weighted{name: name, w: [7]int{1, 2, 13, 1, 191, 299, -80}}
 	}
-	// hz<P>a<A>[w]: expected departures (explore_horizon_test.go), each live request leaving
-	// with probability P% within the horizon, A/10 times the FGD change now; w[N]: in windows
-	// (of N best-fit positions; default sched.WindowNodes).
-	var pp, a, span int
-	if n, _ := fmt.Sscanf(name, "hz%da%dw%d", &pp, &a, &span); n >= 2 {
-		return &horizon{name: name, p: float64(pp) / 100, a: float64(a) / 10, occupants: occupants{windows: strings.Contains(name, "w"), span: span}}
+	// hz<P>a<A>[k<K>][w[N]]: expected departures (explore_horizon_test.go), each live request
+	// leaving with probability P% within the horizon, A/10 times the FGD change now (A may be
+	// a decimal: a3.33 is a third), the whole-host term counted K/10 times at the horizon
+	// (default 10: once; sched.horizonWholeHost is 2, k20); w[N]: in windows (of N best-fit
+	// positions; default sched.WindowNodes).
+	if m := horizonName.FindStringSubmatch(name); m != nil {
+		pp, _ := strconv.Atoi(m[1])
+		a, _ := strconv.ParseFloat(m[2], 64)
+		k := 10.0
+		if m[3] != "" {
+			k, _ = strconv.ParseFloat(m[3], 64)
+		}
+		span, _ := strconv.Atoi(m[5])
+		return &horizon{name: name, p: float64(pp) / 100, a: a / 10, wholeHost: k / 10, occupants: occupants{windows: m[4] != "", span: span}}
 	}
 	for _, p := range Placers() {
 		if p.Name() == name {
@@ -224,6 +232,8 @@ func explorePolicy(name string, nodes, events int, load float64, seed int64) Pla
 	}
 	return nil
 }
+
+var horizonName = regexp.MustCompile(`^hz(\d+)a(\d+(?:\.\d+)?)(?:k(\d+(?:\.\d+)?))?(w(\d*))?$`)
 
 type fleetWide struct{}
 
