@@ -172,9 +172,9 @@ type Choice struct {
 	// negative when the pick uses up GPUs that some sizes could not use anyway.
 	FragmentationDelta float64
 	// Lookahead is the ranking's fragmentation criterion, in the same unit: a third of the FGD
-	// change now plus how much the pick grows the node's expected unusable free GPUs after a horizon in
-	// which each live allocation on the node, this one included, has left with probability 1/5
-	// (lookahead.go). Lower is better.
+	// change now plus how much the pick grows the node's expected unusable free GPUs after a
+	// horizon in which each live allocation on the node, this one included, has left with
+	// probability 1/5, the whole-host terms counted twice there (lookahead.go). Lower is better.
 	Lookahead float64
 	Reason    string
 	// Tier numbers the choices' ranking classes, best first: choices with the same Tier are

@@ -25,7 +25,7 @@ type horizon struct {
 	name string
 	p, a float64
 	// wholeHost counts the 8-GPU term this many times in the expectation after the horizon
-	// (sched.horizonWholeHost); 0 is once.
+	// (sched.horizonWholeHost).
 	wholeHost float64
 }
 
@@ -43,11 +43,7 @@ func (h *horizon) expected(free uint8, jobs []uint8) float64 {
 				k++
 			}
 		}
-		u := float64(maskUnusable(m))
-		if h.wholeHost > 0 && bits.OnesCount8(m) < slotsPerNode { // the 8-GPU term, counted again
-			u += (h.wholeHost - 1) * float64(maskWholeHostWeight()*bits.OnesCount8(m))
-		}
-		e += math.Pow(h.p, float64(k)) * math.Pow(1-h.p, float64(len(jobs)-k)) * u
+		e += math.Pow(h.p, float64(k)) * math.Pow(1-h.p, float64(len(jobs)-k)) * maskUnusableWeighted(m, h.wholeHost)
 	}
 	return e
 }
@@ -138,16 +134,6 @@ func (o *occupants) placeOn(c *Cluster, size int, nodes []int, score scorer) (in
 	}
 	o.jobs[bestNode] = append(o.jobs[bestNode], bestTake)
 	return bestNode, maskSlots(bestTake), true
-}
-
-// maskWholeHostWeight is the 8-GPU term's weight in maskUnusable (percent).
-func maskWholeHostWeight() int {
-	for _, x := range Mix {
-		if x.GPUs == slotsPerNode {
-			return int(math.Round(x.P * 100))
-		}
-	}
-	return 0
 }
 
 // freeMask is node n's free slots as a bit mask.

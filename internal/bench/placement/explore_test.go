@@ -27,20 +27,26 @@ import (
 // The candidates work on bit masks (bit s set: slot s free), so a run takes seconds.
 
 // maskUnusable is a node's expected unusable free GPUs over Mix, in percent x slots.
-func maskUnusable(m uint8) int {
+func maskUnusable(m uint8) int { return int(maskUnusableWeighted(m, 1)) }
+
+// maskUnusableWeighted is maskUnusable with the 8-GPU term counted wholeHost times (the
+// horizon's weighting, sched.horizonWholeHost).
+func maskUnusableWeighted(m uint8, wholeHost float64) float64 {
 	f := bits.OnesCount8(m)
 	largest := max(bits.OnesCount8(m&0x0f), bits.OnesCount8(m&0xf0))
-	u := 0
+	u := 0.0
 	for _, x := range Mix {
 		fits := f >= x.GPUs
+		w := math.Round(x.P * 100)
 		switch x.GPUs {
 		case 8:
 			fits = f == 8
+			w *= wholeHost
 		case 4:
 			fits = largest >= 4
 		}
 		if !fits {
-			u += int(math.Round(x.P*100)) * f
+			u += w * float64(f)
 		}
 	}
 	return u
