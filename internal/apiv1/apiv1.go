@@ -175,6 +175,9 @@ type Slot struct {
 	NUMANode         *int            `json:"numa_node"`
 	VCPUCount        *int            `json:"vcpu_count,omitempty"`
 	MemoryMiB        *int            `json:"memory_mib,omitempty"`
+	// HostCPUs is the slot's own host CPU set on its NUMA node (cpulist form, internal/cpuset),
+	// disjoint from every other enabled slot's on the node; its VMs' vCPUs are pinned to it.
+	HostCPUs         string          `json:"host_cpus,omitempty"`
 	MACAddress       string          `json:"mac_address"`
 	PrivateIP        string          `json:"private_ip"`
 	CapacityMetadata json.RawMessage `json:"capacity_metadata"`
@@ -198,6 +201,7 @@ type SlotSpec struct {
 	NUMANode         *int           `json:"numa_node" yaml:"numa_node"`
 	VCPUCount        *int           `json:"vcpu_count,omitempty" yaml:"vcpu_count,omitempty"`
 	MemoryMiB        *int           `json:"memory_mib,omitempty" yaml:"memory_mib,omitempty"`
+	HostCPUs         string         `json:"host_cpus,omitempty" yaml:"host_cpus,omitempty"`
 	MACAddress       string         `json:"mac_address" yaml:"mac_address"`
 	PrivateIP        string         `json:"private_ip" yaml:"private_ip"`
 	CapacityMetadata map[string]any `json:"capacity_metadata" yaml:"capacity_metadata"`

@@ -47,6 +47,9 @@ type Bundle struct {
 	WipePolicy      string `json:"destructive_wipe_policy"`
 	VCPUCount       int    `json:"vcpu_count,omitempty"`
 	MemoryMiB       int    `json:"memory_mib,omitempty"`
+	// HostCPUs is the slot's own host CPU set (cpulist form, internal/cpuset): the VM's vCPUs
+	// are pinned inside the union of its bundles' sets, never outside.
+	HostCPUs string `json:"host_cpus,omitempty"`
 }
 
 // Image is the boot image of a slice, pinned by digest.
@@ -78,6 +81,9 @@ type VMProvision struct {
 	Profile       Profile  `json:"profile"`
 	Image         Image    `json:"image"`
 	SSHPublicKeys []string `json:"ssh_public_keys,omitempty"`
+	// HousekeepingCPUs is the host's CPU set kept back from slots (cpulist form): the VM's
+	// emulator and I/O threads are pinned there, off every slot's CPUs.
+	HousekeepingCPUs string `json:"housekeeping_cpus,omitempty"`
 }
 
 // VMRelease is the payload of slice.vm_release.
