@@ -137,6 +137,9 @@ func decodeBody(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return errInvalid("request body is not valid UTF-8")
 	}
+	if err := checkJSONText(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

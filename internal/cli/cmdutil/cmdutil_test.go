@@ -109,15 +109,48 @@ func TestDecodeFileIsStrict(t *testing.T) {
 	if err := DecodeFile(strings.NewReader("name: c\n"), "-", &v); err != nil || v.Name != "c" {
 		t.Fatalf("stdin: %+v %v", v, err)
 	}
-	var fe *FlagError
+	var fe *InputError
 	if err := DecodeFile(nil, write("typo.yaml", "name: a\ngpu_cnt: 2\n"), &v); !errors.As(err, &fe) || !strings.Contains(err.Error(), "gpu_cnt") {
 		t.Fatalf("unknown key: %v", err)
 	}
 	if err := DecodeFile(nil, write("empty.yaml", ""), &v); !errors.As(err, &fe) {
 		t.Fatalf("empty file: %v", err)
 	}
-	if err := DecodeFile(nil, filepath.Join(dir, "missing.yaml"), &v); !errors.As(err, &fe) {
+	var flagErr *FlagError
+	if err := DecodeFile(nil, filepath.Join(dir, "missing.yaml"), &v); !errors.As(err, &flagErr) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// TestInputFilesAreBoundedAndNeverEchoed: -f reads at most maxInputFile bytes from a file too
+// (a device like /dev/zero is refused at the bound, not read to exhaustion), and an input
+// that is not what the command wants is refused without quoting its content.
+func TestInputFilesAreBoundedAndNeverEchoed(t *testing.T) {
+	t.Parallel()
+	var v struct {
+		Name string `json:"name"`
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		err := DecodeFile(nil, "/dev/zero", &v)
+		if err == nil || !strings.Contains(err.Error(), "larger than") || ExitCode(err) != ExitUsage {
+			t.Fatalf("/dev/zero: %v", err)
+		}
+	}
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"shadow": "root:$y$j9T$SECRETHASH:19700:0:99999:7:::\ndaemon:*:SECRETTWO:0:99999:7:::\n",
+		"keys":   "name: a\nSECRET-KEY-NAME with spaces: 1\n",
+		"list":   "- SECRETITEM\n",
+		"broken": "a: [SECRETVALUE\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := DecodeFile(nil, p, &v)
+		if err == nil || ExitCode(err) != ExitUsage || strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 

@@ -32,6 +32,18 @@ func FlagErrorf(format string, args ...any) error {
 	return &FlagError{Err: fmt.Errorf(format, args...)}
 }
 
+// InputError is a problem with the content of an input file (-f): exit 2 like a usage
+// mistake, but the usage text is not printed (the command line was right; the file was not).
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// InputErrorf builds an InputError.
+func InputErrorf(format string, args ...any) error {
+	return &InputError{Err: fmt.Errorf(format, args...)}
+}
+
 // AuthError is a missing credential, detected before any request.
 type AuthError struct{ Err error }
 
@@ -48,6 +60,7 @@ func ExitCode(err error) int {
 	var (
 		se  *SilentError
 		fe  *FlagError
+		ie  *InputError
 		ae  *AuthError
 		api *apiv1.Error
 	)
@@ -56,7 +69,7 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &se):
 		return se.Code
-	case errors.As(err, &fe):
+	case errors.As(err, &fe), errors.As(err, &ie):
 		return ExitUsage
 	case errors.As(err, &ae):
 		return ExitAuth

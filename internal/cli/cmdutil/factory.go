@@ -59,6 +59,9 @@ func New(io IOStreams, getenv func(string) string, appVersion string) *Factory {
 	f.Config = func() (*config.Config, error) {
 		if cfg == nil && cfgErr == nil {
 			cfg, cfgErr = config.Load(f.Flags, getenv)
+			if cfgErr == nil && cfg.Warning != "" && f.IO.ErrOut != nil {
+				fmt.Fprintln(f.IO.ErrOut, "warning: "+cfg.Warning)
+			}
 		}
 		return cfg, cfgErr
 	}

@@ -3,42 +3,78 @@ package cmdutil
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// maxInputFile bounds -f files; the controller itself accepts at most 1 MiB bodies.
+// maxInputFile bounds -f files and standard input alike; the controller itself accepts at
+// most 1 MiB bodies. A device such as /dev/zero stops at the bound instead of filling memory.
 const maxInputFile = 4 << 20
 
 // ReadYAMLOrJSON reads a YAML or JSON document (JSON is YAML) from path, or from in when
-// path is "-". Problems are FlagErrors: the file is part of the command line.
+// path is "-". A missing -f or an unreadable path is a FlagError; bad content is an
+// InputError that never quotes the file's content (-f may name a file of secrets).
 func ReadYAMLOrJSON(in io.Reader, path string) (any, error) {
 	if path == "" {
 		return nil, FlagErrorf("-f FILE is required")
 	}
-	var b []byte
-	var err error
-	if path == "-" {
-		b, err = io.ReadAll(io.LimitReader(in, maxInputFile+1))
-	} else {
-		b, err = os.ReadFile(path)
+	r := in
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, FlagErrorf("-f: %w", err)
+		}
+		defer f.Close()
+		r = f
 	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInputFile+1))
 	if err != nil {
-		return nil, FlagErrorf("-f: %w", err)
+		return nil, FlagErrorf("-f %s: %w", path, err)
 	}
 	if len(b) > maxInputFile {
-		return nil, FlagErrorf("%s is larger than %d bytes", path, maxInputFile)
+		return nil, InputErrorf("%s is larger than %d bytes", path, maxInputFile)
 	}
 	var doc any
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, FlagErrorf("%s: %w", path, err)
+		return nil, InputErrorf("%s is not valid YAML or JSON: %s", path, yamlErrorWithoutContent(err))
 	}
 	if doc == nil {
-		return nil, FlagErrorf("%s is empty", path)
+		return nil, InputErrorf("%s is empty", path)
 	}
 	return doc, nil
+}
+
+// yamlErrorWithoutContent keeps a YAML error's position and kind but drops any quoted
+// value from the document (yaml.v3 quotes values in `backticks`).
+func yamlErrorWithoutContent(err error) string {
+	return regexp.MustCompile("`[^`]*`").ReplaceAllString(err.Error(), "(value)")
+}
+
+var fieldNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,63}$`)
+
+// KeyNames lists keys for an error message: each one that looks like a field name as it is,
+// the rest only counted, so a file that is not a slot map (or an image, ...) is not echoed.
+func KeyNames(keys []string) string {
+	var named []string
+	other := 0
+	for _, k := range keys {
+		if fieldNameRE.MatchString(k) {
+			named = append(named, k)
+		} else {
+			other++
+		}
+	}
+	if other > 0 {
+		named = append(named, fmt.Sprintf("%d key(s) that are not field names", other))
+	}
+	return strings.Join(named, ", ")
 }
 
 // DecodeStrict converts a decoded YAML/JSON document into v by the API's JSON field names,
@@ -46,14 +82,32 @@ func ReadYAMLOrJSON(in io.Reader, path string) (any, error) {
 func DecodeStrict(doc any, v any, name string) error {
 	j, err := json.Marshal(doc)
 	if err != nil {
-		return FlagErrorf("%s: %w", name, err)
+		return InputErrorf("%s: %w", name, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(j))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return FlagErrorf("%s: %w", name, err)
+		return InputErrorf("%s: %s", name, jsonErrorInOurWords(err))
 	}
 	return nil
+}
+
+// jsonErrorInOurWords turns encoding/json's messages into ours, without the document's
+// content: an unknown field is named only when it looks like a field name.
+func jsonErrorInOurWords(err error) string {
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ := strconv.Unquote(f)
+		return "unknown field " + KeyNames([]string{name})
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		where := te.Field
+		if where == "" {
+			return fmt.Sprintf("the document is a %s where an object or list was expected", te.Value)
+		}
+		return fmt.Sprintf("field %s: a %s is not a %s", where, te.Value, te.Type.String())
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 // DecodeFile is ReadYAMLOrJSON followed by DecodeStrict.

@@ -59,6 +59,8 @@ type Config struct {
 	Context string
 	// File is the config file that was consulted; it need not exist.
 	File string
+	// Warning says the config file could not be read and was ignored ("" when it was fine).
+	Warning string
 }
 
 // Path is the config file location: $XDG_CONFIG_HOME/gpuaas/config.yaml, else
@@ -82,13 +84,19 @@ type layer struct {
 // token_file), so `--token-file` overrides a token in the config file.
 func Load(flags Flags, getenv func(string) string) (*Config, error) {
 	path := Path(getenv)
-	f, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	name := flags.Context
 	if name == "" {
 		name = getenv("GPUAAS_CONTEXT")
+	}
+	f, err := ReadFile(path)
+	warning := ""
+	if err != nil {
+		// A broken file must not lock the user out: with no context asked for and a server
+		// given by flag or environment, the file is not needed, so go on without it and say so.
+		if name != "" || (flags.Server == "" && len(flags.Servers) == 0 && getenv("GPUAAS_SERVER") == "") {
+			return nil, err
+		}
+		f, warning = &File{Contexts: map[string]Settings{}}, err.Error()+"; ignoring it and using flags and environment only"
 	}
 	ctxName, file, err := f.Select(name)
 	if err != nil {
@@ -110,7 +118,7 @@ func Load(flags Flags, getenv func(string) string) (*Config, error) {
 		{env, func(k string) string { return "GPUAAS_" + strings.ToUpper(k) }},
 		{file, func(k string) string { return k + " in " + where }},
 	}
-	c := &Config{File: path, Context: ctxName}
+	c := &Config{File: path, Context: ctxName, Warning: warning}
 	for _, l := range layers {
 		if c.Server == "" {
 			c.Server = strings.Join(append(nonEmpty(l.s.Server), l.s.Servers...), ",")
@@ -219,7 +227,9 @@ func ReadFile(path string) (*File, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return f, nil
 	}
-	v := viper.New()
+	// Context names hold dots ("127.0.0.1", "prod.eu"); viper's default key delimiter is the
+	// dot, which would split such a name into nested keys. "::" cannot occur in a name.
+	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
 	v.SetConfigFile(path)
 	v.SetConfigType("yaml")
 	if err := v.ReadInConfig(); err != nil {
@@ -271,6 +281,11 @@ func (f *File) Write(path string) error {
 	if err != nil {
 		return err
 	}
+	return writePrivate(path, b)
+}
+
+// writePrivate replaces path atomically with b, mode 0600 in a 0700 directory.
+func writePrivate(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -316,4 +331,31 @@ func readToken(path, source string) (string, error) {
 		return "", fmt.Errorf("token file %s (from %s) is empty", path, source)
 	}
 	return tok, nil
+}
+
+// DeleteContextRaw removes context name from a config file that ReadFile refuses (a key it
+// does not know, a dangling current_context), without judging the rest of it, so `config
+// delete-context` can always repair a file. It reports whether the context was there.
+func DeleteContextRaw(path, name string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return false, fmt.Errorf("config file %s is not YAML (%v): fix or remove it", path, err)
+	}
+	ctxs, _ := doc["contexts"].(map[string]any)
+	if _, ok := ctxs[name]; !ok {
+		return false, nil
+	}
+	delete(ctxs, name)
+	if doc["current_context"] == name {
+		delete(doc, "current_context")
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		return false, err
+	}
+	return true, writePrivate(path, out)
 }

@@ -178,3 +178,48 @@ contexts:
 		t.Fatalf("dangling current_context: %v", err)
 	}
 }
+
+// TestDottedContextNamesAndBrokenFiles: a context named after an address ("127.0.0.1", what
+// login names a context by default) reads back as one context, and a file the CLI refuses
+// stops neither flag/environment-only use nor delete-context.
+func TestDottedContextNamesAndBrokenFiles(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	path := filepath.Join(home, ".config", "gpuaas", "config.yaml")
+	f := &File{CurrentContext: "127.0.0.1", Contexts: map[string]Settings{
+		"127.0.0.1": {Server: "https://127.0.0.1:18443", Token: "t1"},
+		"prod.eu-1": {Server: "https://prod:1", Token: "t2"},
+	}}
+	if err := f.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(Flags{}, env{"HOME": home}.get)
+	if err != nil || c.Context != "127.0.0.1" || c.Server != "https://127.0.0.1:18443" || c.Token != "t1" {
+		t.Fatalf("dotted current context: %+v %v", c, err)
+	}
+	if c, err = Load(Flags{Context: "prod.eu-1"}, env{"HOME": home}.get); err != nil || c.Server != "https://prod:1" {
+		t.Fatalf("dotted --context: %+v %v", c, err)
+	}
+
+	writeFile(t, path, "current_context: a.b\ncontexts:\n  a.b:\n    server: https://a:1\n    bogus: 1\n  keep:\n    server: https://k:1\n")
+	if _, err := Load(Flags{}, env{"HOME": home}.get); err == nil {
+		t.Fatal("a file with an unknown key was accepted")
+	}
+	c, err = Load(Flags{}, env{"HOME": home, "GPUAAS_SERVER": "https://env:1", "GPUAAS_TOKEN": "e"}.get)
+	if err != nil || c.Server != "https://env:1" || !strings.Contains(c.Warning, "bogus") {
+		t.Fatalf("environment-only use with a broken file: %+v %v", c, err)
+	}
+	if _, err := Load(Flags{Context: "keep"}, env{"HOME": home, "GPUAAS_SERVER": "https://env:1"}.get); err == nil {
+		t.Fatal("a context was read from a file that was refused")
+	}
+	if found, err := DeleteContextRaw(path, "a.b"); err != nil || !found {
+		t.Fatalf("delete-context on a broken file: %v %v", found, err)
+	}
+	back, err := ReadFile(path)
+	if err != nil || back.CurrentContext != "" || len(back.Contexts) != 1 || back.Contexts["keep"].Server != "https://k:1" {
+		t.Fatalf("after the repair: %+v %v", back, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("repaired file mode %v", fi.Mode().Perm())
+	}
+}

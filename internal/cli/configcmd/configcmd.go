@@ -176,7 +176,12 @@ func newCmdDeleteContext(f *cmdutil.Factory) *cobra.Command {
 		RunE: func(_ *cobra.Command, args []string) error {
 			file, path, err := load(f)
 			if err != nil {
-				return err
+				// The file is refused as a whole; still let the user remove the context.
+				if found, rerr := config.DeleteContextRaw(path, args[0]); rerr != nil || !found {
+					return err
+				}
+				fmt.Fprintf(f.IO.ErrOut, "Deleted context %q from %s (the rest of the file was left as it was: %v)\n", args[0], path, err)
+				return nil
 			}
 			if _, ok := file.Contexts[args[0]]; !ok {
 				_, _, err := file.Select(args[0])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -87,12 +86,12 @@ func ReadSlotMap(in io.Reader, path string) ([]apiv1.SlotSpec, error) {
 		}
 		if len(other) > 0 {
 			sort.Strings(other)
-			return nil, cmdutil.FlagErrorf("%s: unknown top-level key(s) %s: want a list of slots or {slots: [...]}", path, strings.Join(other, ", "))
+			return nil, cmdutil.InputErrorf("%s: unknown top-level key(s) %s: want a list of slots or {slots: [...]}", path, cmdutil.KeyNames(other))
 		}
 		doc = m["slots"]
 	}
 	if _, ok := doc.([]any); !ok {
-		return nil, cmdutil.FlagErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
+		return nil, cmdutil.InputErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
 	}
 	var specs []apiv1.SlotSpec
 	if err := cmdutil.DecodeStrict(doc, &specs, path); err != nil {

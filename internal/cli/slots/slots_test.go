@@ -1,7 +1,6 @@
 package slots
 
 import (
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,9 +20,9 @@ func execute(cmd *cobra.Command, args ...string) error {
 	return cmd.Execute()
 }
 
+// isFlagError: a usage-class refusal (exit 2): a bad flag, or a bad input file.
 func isFlagError(err error) bool {
-	var fe *cmdutil.FlagError
-	return errors.As(err, &fe)
+	return err != nil && cmdutil.ExitCode(err) == cmdutil.ExitUsage
 }
 
 func TestApplyAndEnableParse(t *testing.T) {
