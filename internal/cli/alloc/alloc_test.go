@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 )
@@ -100,5 +101,30 @@ func TestListShowExplainWaitParse(t *testing.T) {
 	}
 	if err := execute(NewCmdRelease(f, func(*ReleaseOptions) error { return nil })); !isFlagError(err) {
 		t.Fatalf("release without ID: %v", err)
+	}
+}
+
+// TestWaitEndsAtStatesThatCannotReachTheTarget: failed ends any wait with exit 1; releasing
+// and released end a wait for active with exit 5; states on the way keep waiting.
+func TestWaitEndsAtStatesThatCannotReachTheTarget(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status, target string
+		code           int
+	}{
+		{"failed", "active", cmdutil.ExitError}, {"failed", "released", cmdutil.ExitError},
+		{"released", "active", cmdutil.ExitConflict}, {"releasing", "active", cmdutil.ExitConflict},
+		{"requested", "active", -1}, {"provisioning", "active", -1}, {"active", "released", -1}, {"releasing", "released", -1},
+	} {
+		err := unreachable(&apiv1.Allocation{ID: "a1", Status: tc.status}, tc.target)
+		if tc.code < 0 {
+			if err != nil {
+				t.Errorf("%s waiting for %s: %v", tc.status, tc.target, err)
+			}
+			continue
+		}
+		if err == nil || cmdutil.ExitCode(err) != tc.code {
+			t.Errorf("%s waiting for %s: %v (exit %d, want %d)", tc.status, tc.target, err, cmdutil.ExitCode(err), tc.code)
+		}
 	}
 }

@@ -114,10 +114,10 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 		if n := len(a.Tasks); n > 0 {
 			plog.progress(a.Tasks[n-1])
 		}
-		if a.Status == "failed" && target != "failed" {
-			return false, fmt.Errorf("allocation %s failed: %s", id, output.Dash(a.FailureReason))
+		if a.Status == target {
+			return true, nil
 		}
-		return a.Status == target, nil
+		return false, unreachable(a, target)
 	})
 	if errors.Is(err, context.DeadlineExceeded) && last != nil {
 		return nil, fmt.Errorf("allocation %s is still %s after %s", id, last.Status, timeout)
@@ -126,4 +126,19 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 		return nil, err
 	}
 	return last, nil
+}
+
+// unreachable says why an allocation in its current state can never reach target (nil when
+// it still can): a failed allocation ends the wait (exit 1), and one that is releasing or
+// released can never become active (exit 5), so `alloc wait` returns at once instead of
+// polling until its timeout.
+func unreachable(a *apiv1.Allocation, target string) error {
+	switch {
+	case a.Status == "failed":
+		return fmt.Errorf("allocation %s failed: %s", a.ID, output.Dash(a.FailureReason))
+	case target == "active" && (a.Status == "releasing" || a.Status == "released"):
+		return &cmdutil.StateError{Code: cmdutil.ExitConflict,
+			Err: fmt.Errorf("allocation %s is %s: it will not become active (gpuaasctl alloc show %s)", a.ID, a.Status, a.ID)}
+	}
+	return nil
 }

@@ -44,6 +44,16 @@ func InputErrorf(format string, args ...any) error {
 	return &InputError{Err: fmt.Errorf(format, args...)}
 }
 
+// StateError is an answer that ends a wait with the exit code of the state reached (e.g. an
+// allocation released while waiting for it to become active: ExitConflict).
+type StateError struct {
+	Err  error
+	Code int
+}
+
+func (e *StateError) Error() string { return e.Err.Error() }
+func (e *StateError) Unwrap() error { return e.Err }
+
 // AuthError is a missing credential, detected before any request.
 type AuthError struct{ Err error }
 
@@ -61,6 +71,7 @@ func ExitCode(err error) int {
 		se  *SilentError
 		fe  *FlagError
 		ie  *InputError
+		st  *StateError
 		ae  *AuthError
 		api *apiv1.Error
 	)
@@ -69,6 +80,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &se):
 		return se.Code
+	case errors.As(err, &st):
+		return st.Code
 	case errors.As(err, &fe), errors.As(err, &ie):
 		return ExitUsage
 	case errors.As(err, &ae):
