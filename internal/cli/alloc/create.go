@@ -100,7 +100,7 @@ func createRun(ctx context.Context, opts *CreateOptions) error {
 		return err
 	}
 	a, err := c.CreateAllocation(ctx, req, key)
-	if errors.Is(err, client.ErrUnreachable) {
+	if errors.Is(err, client.ErrUnreachable) || (err != nil && ctx.Err() != nil) {
 		// The request may have reached the controller: retrying with the same key is safe.
 		return fmt.Errorf("%w\n(retry with --idempotency-key %s: it returns the allocation if the first attempt created one)", err, key)
 	}
@@ -108,7 +108,15 @@ func createRun(ctx context.Context, opts *CreateOptions) error {
 		return err
 	}
 	if opts.Wait {
+		// The id goes out before the wait: an interrupted or failed wait must not lose the
+		// allocation, which goes on (and is billed) whatever happens to this command.
+		fmt.Fprintf(opts.IO.ErrOut, "Created allocation %s (%s); waiting for it to become active\n", a.ID, a.Status)
+		id := a.ID
 		if a, err = waitFor(ctx, opts.IO.ErrOut, c, a, "active", opts.Timeout); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted: allocation %s is still running and is billed until released; "+
+					"follow it with `gpuaasctl alloc wait %s`, release it with `gpuaasctl alloc release %s`", id, id, id)
+			}
 			return err
 		}
 	}
