@@ -107,8 +107,9 @@ func (s *Service) present(actor Actor, rec store.AllocationRecord) apiv1.Allocat
 		a.NodeID, a.NodeName = "", ""
 		for i := range a.Claims {
 			c := &a.Claims[i]
-			// Tenants see their VM's addresses but not host PCI/NVMe identities.
-			a.Claims[i] = apiv1.Claim{ID: c.ID, Kind: c.Kind, Status: c.Status, SlotIndex: c.SlotIndex,
+			// Tenants see their VM's addresses and NUMA placement (as in slots) but not host
+			// PCI/NVMe identities.
+			a.Claims[i] = apiv1.Claim{ID: c.ID, Kind: c.Kind, Status: c.Status, SlotIndex: c.SlotIndex, NUMANode: c.NUMANode,
 				MACAddress: c.MACAddress, PrivateIP: c.PrivateIP, CreatedAt: c.CreatedAt}
 		}
 	}

@@ -26,7 +26,8 @@ func sampleAlloc() apiv1.Allocation {
 	return apiv1.Allocation{
 		ID: "0c989b43-1027-4099-a9e1-70c9acad3fff", TenantID: "7d1e0f7a-tenant", SKU: "h200-sxm-slice",
 		CapacityShape: "slice", GPUs: 2, Region: "lab", Status: "active", PlacementStatus: "placed",
-		NodeID: "5b0c-node", NodeName: "h200-01",
+		NodeID: "5b0c-node", NodeName: "h200-01", Node: "h200-01",
+		Slots:   []apiv1.AllocationSlot{{SlotIndex: 0, NUMANode: ptr(0), Status: "active"}, {SlotIndex: 1, NUMANode: ptr(0), Status: "active"}},
 		Profile: apiv1.ResolvedProfile{Name: "h200_2g_48c_128g", Source: "sku_profile", GPUCount: 2, VCPUCount: 48, MemoryMiB: 131072},
 		Image:   &apiv1.ImageRef{ID: "img-1", Slug: "ubuntu-24.04-cuda", DigestSHA256: "abc123"},
 		Price:   apiv1.Price{GPUHourlyPriceMinor: 350, Currency: "USD", GPUs: 2, CapacityShape: "slice"},
@@ -144,7 +145,7 @@ c1a1m111  slot  active  1     0     0000:2b:00.0  /dev/disk/by-id/nvme-b  -     
 	}
 
 	// A tenant's view has no node or claims: nothing to print, nothing to crash on.
-	a.NodeID, a.NodeName, a.Claims, a.Image, a.Tasks, a.ActiveAt = "", "", nil, nil, nil, nil
+	a.NodeID, a.NodeName, a.Node, a.Slots, a.Claims, a.Image, a.Tasks, a.ActiveAt = "", "", "", nil, nil, nil, nil, nil
 	fa = newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/allocations/" + a.ID: reply(200, a)})
 	r = run(t, fa.env(t), "alloc", "show", a.ID)
 	if r.Code != 0 || !strings.Contains(r.Out, "Node:          -\n") || !strings.Contains(r.Out, "Image:         -\n") || strings.Contains(r.Out, "CLAIM") {

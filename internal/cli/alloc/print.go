@@ -14,18 +14,17 @@ func printList(w io.Writer, o output.Format, v any, allocs []apiv1.Allocation) e
 	return output.Print(w, o, v, func(t *output.TableWriter) {
 		t.Row("ID", "STATUS", "SKU", "GPUS", "NODE", "SLOTS", "REGION", "CREATED")
 		for _, a := range allocs {
-			t.Row(a.ID, a.Status, a.SKU, a.GPUs, output.Dash(a.NodeName), output.Ints(slotIndexes(a)), output.Dash(a.Region), output.Time(a.CreatedAt))
+			t.Row(a.ID, a.Status, a.SKU, a.GPUs, output.Dash(a.Node), output.Ints(slotIndexes(a)), output.Dash(a.Region), output.Time(a.CreatedAt))
 		}
 	})
 }
 
-// slotIndexes are the claimed slot indexes (visible to admins only).
+// slotIndexes are the slot indexes of the allocation's current placement: the same field
+// (slots) that -o json prints, so table and JSON never disagree.
 func slotIndexes(a apiv1.Allocation) []int {
 	var idx []int
-	for _, c := range a.Claims {
-		if c.SlotIndex != nil {
-			idx = append(idx, *c.SlotIndex)
-		}
+	for _, sl := range a.Slots {
+		idx = append(idx, sl.SlotIndex)
 	}
 	return idx
 }
@@ -43,8 +42,9 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		t.Row("Failure:", a.FailureReason)
 	}
 	t.Row("Placement:", output.Dash(a.PlacementStatus))
-	node := output.Dash(a.NodeName)
-	if a.NodeName != "" && a.NodeID != "" {
+	// Node is what JSON's "node" says: the name for admins, the opaque host alias for tenants.
+	node := output.Dash(a.Node)
+	if a.Node != "" && a.NodeID != "" {
 		node += " (" + a.NodeID + ")"
 	}
 	t.Row("Node:", node)
