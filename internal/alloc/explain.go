@@ -3,6 +3,7 @@ package alloc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -11,8 +12,44 @@ import (
 )
 
 // Explain answers a placement dry run: what would be chosen and why, or why nothing fits.
-// It reserves nothing.
+// It reserves nothing. Admins get the ranked choices with their nodes; a tenant gets its own
+// answer (forTenant), never a host's identity or another tenant's occupancy.
 func (s *Service) Explain(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
+	out, err := s.explain(ctx, actor, req)
+	if err != nil || actor.isAdmin() {
+		return out, err
+	}
+	return forTenant(req, out), nil
+}
+
+// forTenant is a tenant's view of an explain answer: whether its request fits now and why
+// not, in its own terms. Choices name nodes and rank the fleet, so a tenant gets none of
+// them; what the best one means for its VM (one host, how many NUMA nodes) is said in words.
+// Refusals carry counts only (the same reason and details a refused create gets).
+func forTenant(req apiv1.PlacementRequest, ex apiv1.PlacementExplain) apiv1.PlacementExplain {
+	if !ex.Feasible {
+		return apiv1.PlacementExplain{Feasible: false, Reason: ex.Reason, Message: ex.Message, Details: ex.Details}
+	}
+	out := apiv1.PlacementExplain{Feasible: true}
+	what := fmt.Sprintf("%d GPUs of %s", req.GPUs, req.SKU)
+	if req.Region != "" {
+		what += " in region " + req.Region
+	}
+	best := ex.Choices[0]
+	switch n := len(best.NUMANodes); {
+	case len(best.SlotIndexes) == 0:
+		out.Message = "a whole node for " + what + " is free now"
+	case n == 1:
+		out.Message = what + " fit now on one host, within one NUMA node"
+		out.Details = map[string]any{"numa_nodes": n}
+	default:
+		out.Message = fmt.Sprintf("%s fit now on one host, across %d NUMA nodes", what, n)
+		out.Details = map[string]any{"numa_nodes": n}
+	}
+	return out
+}
+
+func (s *Service) explain(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
 	var out apiv1.PlacementExplain
 	r, err := s.resolveRequest(ctx, nil, actor, req.SKU, req.GPUs, req.Region)
 	if err != nil {

@@ -431,12 +431,18 @@ func TestDatabaseRefusesDoubleBooking(t *testing.T) {
 func TestExplainReservesNothing(t *testing.T) {
 	b := setup(t)
 	b.addNode("n1", 1)
-	ex, err := b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 4})
+	ex, err := b.svc.Explain(b.ctx, b.admin, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !ex.Feasible || len(ex.Choices) == 0 || fmt.Sprint(ex.Choices[0].SlotIndexes) != "[0 1 2 3]" {
 		t.Fatalf("explain = %+v", ex)
+	}
+	// A tenant hears that and how it fits, with no node, slot or ranking in the answer.
+	ex, err = b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 4})
+	if err != nil || !ex.Feasible || len(ex.Choices) != 0 || strings.Contains(ex.Message, "n1") ||
+		ex.Message != "4 GPUs of h200-sxm-slice fit now on one host, within one NUMA node" {
+		t.Fatalf("tenant explain = %+v, %v", ex, err)
 	}
 	list, _ := b.svc.List(b.ctx, b.tenant, "")
 	if len(list) != 0 {
@@ -456,7 +462,7 @@ func TestExplainShowsTheRankingsNumbers(t *testing.T) {
 	b.addNode("n2", 2)
 	b.mustCreate(2)
 	b.refreshCapacity()
-	ex, err := b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1})
+	ex, err := b.svc.Explain(b.ctx, b.admin, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1})
 	if err != nil || !ex.Feasible || len(ex.Choices) < 2 {
 		t.Fatalf("explain = %+v, %v", ex, err)
 	}

@@ -240,10 +240,16 @@ func TestSKUUnavailableErrorShape(t *testing.T) {
 	if code != 409 || e.Code != "sku_unavailable" || e.Details["reason"] != "count_not_allowed" {
 		t.Fatalf("3 GPUs = %d %s", code, body)
 	}
+	// A tenant's explain says whether and how its request fits, with no host in it; an admin's
+	// names the ranked nodes.
 	var ex apiv1.PlacementExplain
 	b.must("POST", "/api/v1/placement/explain", b.tenant, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 4}, 200, &ex)
-	if !ex.Feasible || len(ex.Choices) == 0 {
-		t.Fatalf("explain = %+v", ex)
+	if !ex.Feasible || len(ex.Choices) != 0 || !strings.Contains(ex.Message, "fit now on one host") {
+		t.Fatalf("tenant explain = %+v", ex)
+	}
+	b.must("POST", "/api/v1/placement/explain", b.admin, apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 4}, 200, &ex)
+	if !ex.Feasible || len(ex.Choices) == 0 || ex.Choices[0].NodeName == "" {
+		t.Fatalf("admin explain = %+v", ex)
 	}
 	var caps apiv1.List[apiv1.Capacity]
 	b.must("GET", "/api/v1/capacity?sku=h200-sxm-slice", b.tenant, nil, 200, &caps)

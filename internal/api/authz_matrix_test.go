@@ -205,6 +205,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"tenant A", w.tenA, w.plain},
 		{"admin", w.admin, w.plain},
 	}
+	// Tenants never see a host's identity, in any answer of any endpoint (the opaque
+	// host-<hex> alias of their own allocations is all they get).
+	hostIDs := []string{w.nodeX.ID, w.nodeX.Name, w.nodeY.ID, w.nodeY.Name, w.nodeZ.ID, w.nodeZ.Name}
 	cells := 0
 	for _, ep := range order {
 		c := cases[ep]
@@ -237,6 +240,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 				t.Errorf("%s: %d as expected but the answer lacks %q: %.300s", cell, got, wantMsg, out)
 			case !allowed && got == 401 && strings.Contains(string(out), c.okMsg) && c.okMsg != "":
 				t.Errorf("%s: refused by the handler, not by authentication: %s", cell, out)
+			}
+			if who.name == "tenant A" || who.name == "tenant B" {
+				for _, id := range hostIDs {
+					if strings.Contains(string(out), id) {
+						t.Errorf("%s: the answer names host %q: %.300s", cell, id, out)
+					}
+				}
 			}
 		}
 	}
