@@ -65,7 +65,7 @@ retried command return the allocation the first attempt created instead of a sec
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.SKU, "sku", "", "SKU, e.g. h200-sxm-slice (see `gpuaasctl skus list`)")
+	fl.StringVar(&opts.SKU, "sku", "", "SKU, e.g. h200-sxm-slice (gpuaasctl skus list shows them)")
 	fl.IntVar(&opts.GPUs, "gpus", 0, "number of GPUs")
 	fl.StringVar(&opts.Region, "region", "", "region (default: the context's region, else any)")
 	fl.StringVar(&opts.Image, "image", "", "OS image slug (default: the SKU's default image)")
