@@ -44,9 +44,11 @@ install: release
 	install -m 0755 $(addprefix bin/release/,$(BINARIES)) $(DESTDIR)$(PREFIX)/bin/
 	@echo; bin/release/gpuaas-controller systemd-unit; echo; bin/release/gpuaas-hostd systemd-unit
 
-# deps checks (and, as root, installs) what tests and the demo need from Debian.
+# deps checks (and, as root, installs and starts) what tests and the demo need from Debian:
+# PostgreSQL and validators (.ci/deps), libvirt + QEMU + OVMF with libvirtd running (.ci/hypervisor).
 deps:
 	@bash .ci/deps
+	@bash .ci/hypervisor
 
 test: deps
 	$(GO) vet ./...

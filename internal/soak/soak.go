@@ -1,4 +1,4 @@
-// Package soak runs the load soak of issue 10: many HTTPS clients create and release slice
+// Package soak runs the load soak: many HTTPS clients create and release slice
 // allocations through the real controller against a fleet of enrolled gpuaas-hostd
 // processes (sim runtime: the VM is the one simulated part; enrollment, mTLS, signed tasks,
 // spooled results are real) while hosts are killed with SIGKILL and restarted at random. An
