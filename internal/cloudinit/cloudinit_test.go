@@ -165,6 +165,13 @@ func TestRenderHostUserData(t *testing.T) {
 	for _, profile := range []string{ProfileSliceVM, ProfileBaremetal} {
 		h := hostSeed(t)
 		h.Profile = profile
+		if profile == ProfileBaremetal {
+			// A baremetal host does not enroll: user-data with a token for it is refused.
+			if _, err := RenderHost(h); err == nil {
+				t.Fatal("baremetal user-data accepted a bootstrap token it would never use")
+			}
+			h.BootstrapToken = ""
+		}
 		ud, err := RenderHost(h)
 		if err != nil {
 			t.Fatal(err)

@@ -124,7 +124,7 @@ func FuzzRenderHost(f *testing.F) {
 		h.Node, h.Server, h.BootstrapToken, h.HostdURL, h.FirmwareVersion, h.FirmwareAttrs = node, server, token, hostdURL, fwVersion, fwAttrs
 		h.NodeTags = []string{tag}
 		if !slice {
-			h.Profile = ProfileBaremetal
+			h.Profile, h.BootstrapToken = ProfileBaremetal, ""
 		}
 		ud, err := RenderHost(h)
 		if err != nil {

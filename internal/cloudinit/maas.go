@@ -24,7 +24,7 @@ type HostSeed struct {
 	Profile        string   // slice-vm | baremetal
 	Server         string   // controller URL, https://host:port
 	CAPEM          []byte   // the controller CA hostd pins
-	BootstrapToken string   // one-time enrollment token (gpb_...)
+	BootstrapToken string   // one-time enrollment token (gpb_...); slice-vm only (baremetal hosts do not enroll)
 	NodeTags       []string // the node's MAAS tags (both profile tags => the helper blocks)
 	HostdURL       string   // where the host fetches gpuaas-hostd
 	HostdSHA256    string   // its digest, checked before it runs
@@ -50,8 +50,10 @@ func (h HostSeed) validate() error {
 	switch {
 	case h.Profile != ProfileSliceVM && h.Profile != ProfileBaremetal:
 		return fmt.Errorf("cloudinit: profile must be %s or %s", ProfileSliceVM, ProfileBaremetal)
-	case !tokenRE.MatchString(h.BootstrapToken):
+	case h.Profile == ProfileSliceVM && !tokenRE.MatchString(h.BootstrapToken):
 		return fmt.Errorf("cloudinit: %q is not a bootstrap token", h.BootstrapToken)
+	case h.Profile == ProfileBaremetal && h.BootstrapToken != "":
+		return fmt.Errorf("cloudinit: a baremetal host does not enroll: its user-data carries no bootstrap token")
 	case !hexRE.MatchString(h.HostdSHA256):
 		return fmt.Errorf("cloudinit: the gpuaas-hostd sha256 must be 64 lowercase hex digits")
 	case !fwVerRE.MatchString(h.FirmwareVersion) || !safeRE.MatchString(h.FirmwareAttrs) || h.FirmwareAttrs == "":
@@ -140,8 +142,11 @@ func RenderHost(h HostSeed) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	head := "#cloud-config\n# gpuaas " + tag + " host bootstrap for node " + strconv.Quote(h.Node) + " (rendered by gpuaasctl nodes cloud-init).\n" +
-		"# Holds a one-time enrollment token: treat as a secret until the host has enrolled.\n"
+	secret := "# Holds a one-time enrollment token: treat as a secret until the host has enrolled.\n"
+	if h.Profile == ProfileBaremetal {
+		secret = "# Holds no enrollment token: a baremetal host runs the firmware profile helper only.\n"
+	}
+	head := "#cloud-config\n# gpuaas " + tag + " host bootstrap for node " + strconv.Quote(h.Node) + " (rendered by gpuaasctl nodes cloud-init).\n" + secret
 	return append([]byte(head), b...), nil
 }
 

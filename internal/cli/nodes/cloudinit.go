@@ -2,6 +2,8 @@ package nodes
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -21,6 +23,7 @@ const (
 func NewCmdCloudInit(f *cmdutil.Factory) *cobra.Command {
 	var h cloudinit.HostSeed
 	noApply, noReboot := false, false
+	serverURL := ""
 	cmd := &cobra.Command{
 		Use:   "cloud-init NODE --profile slice-vm|baremetal --hostd-url URL --hostd-sha256 HEX",
 		Short: "Render the node's MAAS deploy user-data: CA, profile env, units, gpuaas-hostd, enrollment",
@@ -63,7 +66,16 @@ starts gpuaas-hostd. The output holds the token: pass it to MAAS, do not store i
 			if h.CAPEM, err = os.ReadFile(cfg.CAFile); err != nil {
 				return err
 			}
-			h.Server = cfg.Server
+			// The host reaches the controller from elsewhere: the address this CLI used may be
+			// one only this machine can reach.
+			h.Server = serverURL
+			if h.Server == "" {
+				h.Server = cfg.Server
+			}
+			if host := hostOf(h.Server); host == "localhost" || net.ParseIP(host).IsLoopback() {
+				fmt.Fprintf(f.IO.ErrOut, "warning: the user-data sends the host to %s, a loopback address no other host can reach; "+
+					"pass --server-url with the controller URL hosts use\n", h.Server)
+			}
 			c, err := f.Client()
 			if err != nil {
 				return err
@@ -88,22 +100,31 @@ starts gpuaas-hostd. The output holds the token: pass it to MAAS, do not store i
 					return err
 				}
 			}
-			tok, err := c.NewBootstrapToken(cmd.Context(), h.Node)
-			if err != nil {
-				return err
+			// Only a slice-vm host enrolls: a token is minted (and audited) only for user-data
+			// that carries it.
+			var expires string
+			if h.Profile == cloudinit.ProfileSliceVM {
+				tok, err := c.NewBootstrapToken(cmd.Context(), h.Node)
+				if err != nil {
+					return err
+				}
+				h.BootstrapToken = tok.Token
+				expires = tok.ExpiresAt.UTC().Format("2006-01-02 15:04Z")
 			}
-			h.BootstrapToken = tok.Token
 			ud, err := cloudinit.RenderHost(h)
 			if err != nil {
 				return err
 			}
 			_, err = f.IO.Out.Write(ud)
-			fmt.Fprintf(f.IO.ErrOut, "bootstrap token for %s expires %s\n", n.Name, tok.ExpiresAt.UTC().Format("2006-01-02 15:04Z"))
+			if expires != "" {
+				fmt.Fprintf(f.IO.ErrOut, "bootstrap token for %s expires %s\n", n.Name, expires)
+			}
 			return err
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&h.Profile, "profile", "", "slice-vm or baremetal (the node's gpuaas-profile-* tag)")
+	fl.StringVar(&serverURL, "server-url", "", "controller URL the host uses, https://host:port (default: the one this gpuaasctl uses)")
 	fl.StringVar(&h.HostdURL, "hostd-url", "", "where the host downloads gpuaas-hostd (https, or http inside the MAAS network)")
 	fl.StringVar(&h.HostdSHA256, "hostd-sha256", "", "sha256 of that gpuaas-hostd binary")
 	fl.StringVar(&h.FirmwareVersion, "firmware-version", "", "firmware profile version (slice-vm default: "+sliceFirmwareVersion+")")
@@ -112,4 +133,13 @@ starts gpuaas-hostd. The output holds the token: pass it to MAAS, do not store i
 	fl.BoolVar(&noApply, "no-apply", false, "only verify the firmware profile, never stage changes")
 	fl.BoolVar(&noReboot, "no-reboot", false, "stage firmware changes but leave the reboot to the operator")
 	return cmd
+}
+
+// hostOf is the host name of a URL ("" when it does not parse).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
