@@ -206,23 +206,15 @@ func (w Wiper) zeroFill(dev string, size int64) error {
 	return f.Sync()
 }
 
-// Verify probes for any remaining signature (blkid -p: exit 2 means none) and reads sampled
+// Verify probes for any remaining signature (Probe: a failed probe is an error) and reads sampled
 // regions — the first and last MiB and eight regions between — which must be all zero.
 func (w Wiper) Verify(ctx context.Context, dev string, size int64) (Evidence, error) {
 	ev := Evidence{Device: dev, Resolved: dev, Bytes: size}
-	out, err := w.Run.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev)
-	var xe *hostfs.ExitError
-	switch {
-	case err == nil:
-		ev.SignatureAfter = strings.TrimSpace(string(out))
-		if ev.SignatureAfter == "" {
-			ev.SignatureAfter = "unknown signature"
-		}
-	case errors.As(err, &xe) && xe.Code == 2:
-		// no signature found
-	default:
-		return ev, fmt.Errorf("blkid: %w", err)
+	sigs, err := Probe(ctx, w.Run, dev)
+	if err != nil {
+		return ev, err
 	}
+	ev.SignatureAfter = Describe(sigs)
 	full, err := w.FS.Path(dev)
 	if err != nil {
 		return ev, err
