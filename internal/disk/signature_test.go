@@ -139,3 +139,31 @@ func hasType(sigs []Signature, typ string) bool {
 	}
 	return false
 }
+
+// FuzzProbeOutput: whatever wipefs and blkid print, Probe never panics; it either fails or
+// returns signatures that each carry a type (an untyped entry would read as "empty").
+func FuzzProbeOutput(f *testing.F) {
+	f.Add([]byte(`{"signatures": [{"device":"x","offset":"0x438","type":"ext4","uuid":null,"label":null}]}`), []byte("TYPE=ext4\nUSAGE=filesystem\n"), 0)
+	f.Add([]byte(`{"signatures": []}`), []byte(""), 2)
+	f.Add([]byte(""), []byte("PTTYPE=gpt\n"), 0)
+	f.Add([]byte(`{"signatures": [{}]}`), []byte("VERSION=a\\ b\\"), 8)
+	f.Fuzz(func(t *testing.T, wipefs, blkid []byte, code int) {
+		var berr error
+		if code != 0 {
+			berr = &hostfs.ExitError{Cmd: "blkid", Code: code}
+		}
+		run := cannedRunner{"wipefs": {out: wipefs}, "blkid": {out: blkid, err: berr}}
+		sigs, err := Probe(context.Background(), run, "/dev/x")
+		if err != nil {
+			return
+		}
+		for _, s := range sigs {
+			if s.Type == "" {
+				t.Fatalf("untyped signature %+v from wipefs %q blkid %q (exit %d)", s, wipefs, blkid, code)
+			}
+		}
+		if len(sigs) == 0 && (code == 0 || code == 8) {
+			t.Fatalf("blkid identified something (exit %d) but Probe says empty: blkid %q", code, blkid)
+		}
+	})
+}
