@@ -175,11 +175,15 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 		// ZFS members, filesystems, partition tables); a device that cannot be probed is
 		// refused, since what it holds is unknown.
 		if p.Refused == "" {
-			sigs, err := Probe(ctx, w.Run, p.Resolved)
+			full, err := w.FS.Path(p.Resolved)
+			if err == nil {
+				var sigs []Signature
+				sigs, err = Probe(ctx, w.Run, full)
+				p.Signatures = append(p.Signatures, sigs...)
+			}
 			if err != nil {
 				p.Refused = err.Error()
 			}
-			p.Signatures = append(p.Signatures, sigs...)
 		}
 		if p.Refused != "" {
 			refused = true

@@ -210,15 +210,15 @@ func (w Wiper) zeroFill(dev string, size int64) error {
 // regions — the first and last MiB and eight regions between — which must be all zero.
 func (w Wiper) Verify(ctx context.Context, dev string, size int64) (Evidence, error) {
 	ev := Evidence{Device: dev, Resolved: dev, Bytes: size}
-	sigs, err := Probe(ctx, w.Run, dev)
-	if err != nil {
-		return ev, err
-	}
-	ev.SignatureAfter = Describe(sigs)
 	full, err := w.FS.Path(dev)
 	if err != nil {
 		return ev, err
 	}
+	sigs, err := Probe(ctx, w.Run, full)
+	if err != nil {
+		return ev, err
+	}
+	ev.SignatureAfter = Describe(sigs)
 	f, err := os.Open(full)
 	if err != nil {
 		return ev, err
