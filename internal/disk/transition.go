@@ -171,6 +171,11 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 		if r, ok := w.resolveExisting(d); p.Refused == "" && (task.CheckDevicePath(d) != nil || !ok || !strings.HasPrefix(r, "/dev/")) {
 			p.Refused = fmt.Sprintf("%q does not resolve to a device on this host", d)
 		}
+		if p.Refused == "" {
+			if err := w.refuseInUse(p.Resolved); err != nil {
+				p.Refused = strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
+			}
+		}
 		// Is the disk empty? Every signature libblkid knows counts (LVM PVs, LUKS, RAID and
 		// ZFS members, filesystems, partition tables); a device that cannot be probed is
 		// refused, since what it holds is unknown.

@@ -48,7 +48,7 @@ var ErrRefused = errors.New("refused")
 
 // Resolve maps a device path (a /dev/disk/by-id link or a /dev node) to its host device node
 // and checks it is a block device that is neither mounted (itself or a partition) nor
-// holding a mounted filesystem like the OS disk.
+// holding a mounted filesystem like the OS disk, nor in use under LVM, LUKS or md.
 func (w Wiper) Resolve(dev string) (string, error) {
 	if !strings.HasPrefix(dev, "/dev/") {
 		return "", fmt.Errorf("%w: %q is not a /dev path", ErrRefused, dev)
@@ -80,6 +80,9 @@ func (w Wiper) Resolve(dev string) (string, error) {
 	if len(mounted) > 0 {
 		return "", fmt.Errorf("%w: %s is mounted (%s): unmount it through the storage transition first; the OS disk is never wiped",
 			ErrRefused, hostDev, strings.Join(mounted, ", "))
+	}
+	if err := w.refuseInUse(hostDev); err != nil {
+		return "", err
 	}
 	return hostDev, nil
 }
