@@ -32,7 +32,7 @@ func TestDiskInUseIsRefused(t *testing.T) {
 		"proc/mounts": "/dev/mapper/vg-root / ext4 rw 0 0\n",
 		"etc/fstab":   "/dev/mapper/vg-root / ext4 defaults 0 1\n",
 		"sys/class/block/" + base + "/" + base + "p3/holders/dm-0": "", // simulated: what dm would link
-		"sys/class/block/dm-0/dm/name":                              "vg-root\n",
+		"sys/class/block/dm-0/dm/name":                             "vg-root\n",
 	} {
 		_ = os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755)
 		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
