@@ -16,7 +16,7 @@ TEST_FLAGS ?= -count=1 -timeout 20m
 # fails with a bare "context deadline exceeded" and no failing input; an execution count
 # has no deadline to race.
 FUZZ_TARGETS := internal/api:FuzzDecodeBody internal/api:FuzzQueryParams internal/task:FuzzVerify \
-	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/topology:FuzzSignature \
+	internal/task:FuzzSignedMutation internal/topology:FuzzDiscover internal/disk:FuzzProbeOutput \
 	internal/dhcpd:FuzzReply internal/cloudinit:FuzzRender internal/cloudinit:FuzzRenderHost \
 	internal/cli/slots:FuzzReadSlotMap internal/store:FuzzIsUUID
 FUZZTIME ?= 30s

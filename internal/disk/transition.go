@@ -34,13 +34,14 @@ type Mount struct {
 
 // DevicePlan is what the transition does (or did) to one device.
 type DevicePlan struct {
-	Device     string    `json:"device"`
-	Resolved   string    `json:"resolved"`
-	Mounts     []Mount   `json:"mounts,omitempty"`
-	FstabLines []string  `json:"fstab_lines,omitempty"`
-	Actions    []string  `json:"actions"`
-	Refused    string    `json:"refused,omitempty"`
-	Evidence   *Evidence `json:"evidence,omitempty"`
+	Device     string      `json:"device"`
+	Resolved   string      `json:"resolved"`
+	Mounts     []Mount     `json:"mounts,omitempty"`
+	FstabLines []string    `json:"fstab_lines,omitempty"`
+	Signatures []Signature `json:"signatures"` // what the device holds now (Probe); empty: nothing found
+	Actions    []string    `json:"actions"`
+	Refused    string      `json:"refused,omitempty"`
+	Evidence   *Evidence   `json:"evidence,omitempty"`
 }
 
 // TransitionResult is the plan or the outcome, also written as the host manifest.
@@ -104,9 +105,10 @@ func onDevice(src, dev string) bool {
 }
 
 // Transition plans (or, with Apply and the node name confirmed, performs) the seed-003
-// storage transition: comment the devices' share entries out of fstab (after a backup),
-// unmount their share mounts, wipe signatures and partition tables, blkdiscard, verify, and
-// record a manifest. The OS disk and devices that cannot be resolved are refused.
+// storage transition: probe what each device holds, comment the devices' share entries out
+// of fstab (after a backup), unmount their share mounts, wipe signatures and partition
+// tables, blkdiscard, verify, and record a manifest. The OS disk, devices that cannot be
+// resolved and devices that cannot be probed are refused before anything is touched.
 func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionResult, error) {
 	now := time.Now
 	if w.Now != nil {
@@ -134,7 +136,7 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 	comment := map[int]bool{}
 	refused := false
 	for _, d := range o.Devices {
-		p := DevicePlan{Device: d, Resolved: w.resolveDev(d), Actions: []string{}}
+		p := DevicePlan{Device: d, Resolved: w.resolveDev(d), Signatures: []Signature{}, Actions: []string{}}
 		for _, m := range mounts {
 			if onDevice(m.resolved, p.Resolved) {
 				p.Mounts = append(p.Mounts, Mount{Source: m.src, Target: m.target})
@@ -169,6 +171,25 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 		if r, ok := w.resolveExisting(d); p.Refused == "" && (task.CheckDevicePath(d) != nil || !ok || !strings.HasPrefix(r, "/dev/")) {
 			p.Refused = fmt.Sprintf("%q does not resolve to a device on this host", d)
 		}
+		if p.Refused == "" {
+			if err := w.refuseInUse(p.Resolved); err != nil {
+				p.Refused = strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
+			}
+		}
+		// Is the disk empty? Every signature libblkid knows counts (LVM PVs, LUKS, RAID and
+		// ZFS members, filesystems, partition tables); a device that cannot be probed is
+		// refused, since what it holds is unknown.
+		if p.Refused == "" {
+			full, err := w.FS.Path(p.Resolved)
+			if err == nil {
+				var sigs []Signature
+				sigs, err = Probe(ctx, w.Run, full)
+				p.Signatures = append(p.Signatures, sigs...)
+			}
+			if err != nil {
+				p.Refused = err.Error()
+			}
+		}
 		if p.Refused != "" {
 			refused = true
 			res.Devices = append(res.Devices, p)
@@ -180,7 +201,11 @@ func (w Wiper) Transition(ctx context.Context, o TransitionOptions) (TransitionR
 		for _, m := range p.Mounts {
 			p.Actions = append(p.Actions, "umount "+m.Target)
 		}
-		p.Actions = append(p.Actions, "wipefs -a "+p.Resolved, "blkdiscard -z "+p.Resolved+" (zero-fill fallback)", "verify: no signature, sampled zeros")
+		found := "no signature found"
+		if len(p.Signatures) > 0 {
+			found = "erases " + Describe(p.Signatures)
+		}
+		p.Actions = append(p.Actions, "wipefs -a "+p.Resolved+" ("+found+")", "blkdiscard -z "+p.Resolved+" (zero-fill fallback)", "verify: no signature, sampled zeros")
 		res.Devices = append(res.Devices, p)
 	}
 	if refused {

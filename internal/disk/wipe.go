@@ -48,7 +48,7 @@ var ErrRefused = errors.New("refused")
 
 // Resolve maps a device path (a /dev/disk/by-id link or a /dev node) to its host device node
 // and checks it is a block device that is neither mounted (itself or a partition) nor
-// holding a mounted filesystem like the OS disk.
+// holding a mounted filesystem like the OS disk, nor in use under LVM, LUKS or md.
 func (w Wiper) Resolve(dev string) (string, error) {
 	if !strings.HasPrefix(dev, "/dev/") {
 		return "", fmt.Errorf("%w: %q is not a /dev path", ErrRefused, dev)
@@ -80,6 +80,9 @@ func (w Wiper) Resolve(dev string) (string, error) {
 	if len(mounted) > 0 {
 		return "", fmt.Errorf("%w: %s is mounted (%s): unmount it through the storage transition first; the OS disk is never wiped",
 			ErrRefused, hostDev, strings.Join(mounted, ", "))
+	}
+	if err := w.refuseInUse(hostDev); err != nil {
+		return "", err
 	}
 	return hostDev, nil
 }
@@ -206,27 +209,19 @@ func (w Wiper) zeroFill(dev string, size int64) error {
 	return f.Sync()
 }
 
-// Verify probes for any remaining signature (blkid -p: exit 2 means none) and reads sampled
+// Verify probes for any remaining signature (Probe: a failed probe is an error) and reads sampled
 // regions — the first and last MiB and eight regions between — which must be all zero.
 func (w Wiper) Verify(ctx context.Context, dev string, size int64) (Evidence, error) {
 	ev := Evidence{Device: dev, Resolved: dev, Bytes: size}
-	out, err := w.Run.Run(ctx, "blkid", "-p", "-o", "value", "-s", "TYPE", dev)
-	var xe *hostfs.ExitError
-	switch {
-	case err == nil:
-		ev.SignatureAfter = strings.TrimSpace(string(out))
-		if ev.SignatureAfter == "" {
-			ev.SignatureAfter = "unknown signature"
-		}
-	case errors.As(err, &xe) && xe.Code == 2:
-		// no signature found
-	default:
-		return ev, fmt.Errorf("blkid: %w", err)
-	}
 	full, err := w.FS.Path(dev)
 	if err != nil {
 		return ev, err
 	}
+	sigs, err := Probe(ctx, w.Run, full)
+	if err != nil {
+		return ev, err
+	}
+	ev.SignatureAfter = Describe(sigs)
 	f, err := os.Open(full)
 	if err != nil {
 		return ev, err

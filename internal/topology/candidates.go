@@ -56,6 +56,9 @@ func candidates(r *Report) []Candidate {
 			if nv.Signature != "" {
 				block("NVMe %s carries a %s signature: it must be transitioned (wiped) before slice use", nv.Namespace, nv.Signature)
 			}
+			if nv.SignatureError != "" {
+				block("NVMe %s could not be probed for signatures, so what it holds is unknown: %s", nv.Namespace, nv.SignatureError)
+			}
 		}
 		// Fabric: an SR-IOV VF of its own, on the same NUMA node. A parent alone is not enough.
 		var parentOnly string

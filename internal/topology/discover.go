@@ -3,14 +3,16 @@ package topology
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
+	"context"
 	"fmt"
 	"path"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/task"
 )
@@ -31,6 +33,7 @@ const (
 
 type scanner struct {
 	fs   hostfs.FS
+	run  hostfs.Runner     // signature probes (wipefs, blkid)
 	ids  map[string]string // "10de:2335" -> model
 	warn []string
 }
@@ -74,7 +77,7 @@ func (s *scanner) driver(dir string) string {
 
 // Discover reads the host through fs and builds the report with candidates.
 func Discover(fs hostfs.FS) (*Report, error) {
-	s := &scanner{fs: fs, ids: loadPCIIDs(fs)}
+	s := &scanner{fs: fs, run: hostfs.Exec{}, ids: loadPCIIDs(fs)}
 	entries, err := fs.ReadDir(pciDevs)
 	if err != nil {
 		return nil, fmt.Errorf("topology: cannot read %s: %w", pciDevs, err)
@@ -222,9 +225,7 @@ func (s *scanner) nvme() []NVMe {
 				}
 			}
 		}
-		if head, err := s.fs.ReadHead("/dev/"+ns, 68<<10); err == nil {
-			n.Signature = signature(head)
-		}
+		n.Signature, n.SignatureError = s.signature("/dev/" + ns)
 		out = append(out, n)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -287,30 +288,25 @@ func (s *scanner) byID() map[string]string {
 	return best
 }
 
-// signature recognises common filesystem and partition-table signatures at known offsets.
-func signature(b []byte) string {
-	has := func(off int, magic []byte) bool {
-		return len(b) >= off+len(magic) && bytes.Equal(b[off:off+len(magic)], magic)
+// probeTimeout bounds one device's signature probe: a dying disk must not hang discovery.
+const probeTimeout = 30 * time.Second
+
+// signature names what dev holds by probing it (disk.Probe: every filesystem, partition table,
+// LVM PV, LUKS header, RAID and ZFS member libblkid knows, wherever on the device it sits).
+// A probe that fails is reported as such, never as "no signature".
+func (s *scanner) signature(dev string) (sig, probeErr string) {
+	full, err := s.fs.Path(dev)
+	if err != nil {
+		return "", err.Error()
 	}
-	switch {
-	case has(512, []byte("EFI PART")):
-		return "gpt"
-	case has(0, []byte("XFSB")):
-		return "xfs"
-	case len(b) >= 1082 && binary.LittleEndian.Uint16(b[1080:1082]) == 0xEF53:
-		return "ext4"
-	case has(65600, []byte("_BHRfS_M")):
-		return "btrfs"
-	case has(3, []byte("NTFS    ")):
-		return "ntfs"
-	case has(82, []byte("FAT32   ")) || has(54, []byte("FAT16   ")):
-		return "vfat"
-	case has(4086, []byte("SWAPSPACE2")):
-		return "swap"
-	case has(510, []byte{0x55, 0xAA}):
-		return "mbr"
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	sigs, err := disk.Probe(ctx, s.run, full)
+	if err != nil {
+		s.warn = append(s.warn, err.Error())
+		return "", err.Error()
 	}
-	return ""
+	return disk.Describe(sigs), ""
 }
 
 func (s *scanner) numaNodes() []NUMANode {

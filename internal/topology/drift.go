@@ -50,6 +50,9 @@ func Drift(r *Report, slots []Approved) map[int][]string {
 			if n.Signature != "" || len(n.Partitions) > 0 {
 				d = append(d, fmt.Sprintf("NVMe %s now carries data (%s %v)", s.NVMeDevice, n.Signature, n.Partitions))
 			}
+			if n.SignatureError != "" {
+				d = append(d, fmt.Sprintf("NVMe %s can no longer be probed for signatures: %s", s.NVMeDevice, n.SignatureError))
+			}
 		}
 		if s.FabricVFPCI != "" && !vfs[s.FabricVFPCI] {
 			d = append(d, fmt.Sprintf("fabric VF %s is gone", s.FabricVFPCI))

@@ -161,18 +161,3 @@ func checkNUMA(t *testing.T, n *int) {
 		t.Fatalf("NUMA node %d", *n)
 	}
 }
-
-// FuzzSignature: the disk signature sniffer never panics on a short or odd head and names
-// only signatures it knows.
-func FuzzSignature(f *testing.F) {
-	f.Add([]byte("XFSB"))
-	f.Add(make([]byte, 1082))
-	f.Add(append(make([]byte, 512), "EFI PART"...))
-	f.Fuzz(func(t *testing.T, head []byte) {
-		switch sig := signature(head); sig {
-		case "", "gpt", "xfs", "ext4", "btrfs", "ntfs", "vfat", "swap", "mbr":
-		default:
-			t.Fatalf("signature %q", sig)
-		}
-	})
-}

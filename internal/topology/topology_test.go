@@ -48,7 +48,7 @@ func TestH200AllCandidatesReadyAndGolden(t *testing.T) {
 		t.Fatalf("fabric 0 = %+v", f)
 	}
 	os := r.NVMe[0]
-	if !os.OSDisk || os.Signature != "gpt" || len(os.Partitions) != 2 {
+	if !os.OSDisk || os.Signature != "gpt, PMBR" || len(os.Partitions) != 2 {
 		t.Fatalf("OS disk = %+v", os)
 	}
 	for i, c := range r.Candidates {
@@ -108,7 +108,7 @@ func TestDegradedHostsAreBlockedWithReasons(t *testing.T) {
 		t.Fatalf("IOMMU sharing not reported: %v", r.Candidates[0].BlockingReasons)
 	}
 	r = discover(t, "h200-mounted-share")
-	if !strings.Contains(reasons(r), "has partitions") || !strings.Contains(reasons(r), "gpt signature") {
+	if !strings.Contains(reasons(r), "has partitions") || !strings.Contains(reasons(r), "gpt, PMBR signature") {
 		t.Fatalf("share partitions/signature not reported:\n%s", reasons(r))
 	}
 }
@@ -139,7 +139,7 @@ func TestSparseHostDegradesGracefully(t *testing.T) {
 }
 
 func TestSignatures(t *testing.T) {
-	for fs, want := range map[string]string{"ext4": "ext4", "xfs": "xfs", "gpt": "gpt", "": ""} {
+	for fs, want := range map[string]string{"ext4": "ext4", "xfs": "xfs", "gpt": "gpt, PMBR", "": ""} {
 		root := t.TempDir()
 		s := fixture.H200()
 		s.Disks[0].FS = fs

@@ -38,8 +38,10 @@ type NVMe struct {
 	SizeBytes  int64    `json:"size_bytes"`
 	Partitions []string `json:"partitions,omitempty"`
 	Mounts     []string `json:"mounts,omitempty"`
-	Signature  string   `json:"signature,omitempty"` // ext4, xfs, gpt, mbr, ... ("" none found)
-	OSDisk     bool     `json:"os_disk"`
+	Signature  string   `json:"signature,omitempty"` // libblkid's names: ext4, gpt, PMBR, LVM2_member, crypto_LUKS, ... ("" none found)
+	// SignatureError is why the device could not be probed: what it holds is unknown.
+	SignatureError string `json:"signature_error,omitempty"`
+	OSDisk         bool   `json:"os_disk"`
 }
 
 // Port is one InfiniBand/RDMA port.
