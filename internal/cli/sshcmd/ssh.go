@@ -143,13 +143,21 @@ func run(ctx context.Context, o *Options) error {
 		go forwardResize(ctx, conn, int(inFile.Fd()))
 	}
 	detach := -1
-	if o.Console {
+	var esc *escaper
+	switch {
+	case o.Console:
 		detach = 0x1d // Ctrl-]: leave the console, as virsh console does
 		fmt.Fprint(o.IO.ErrOut, "[gpuaasctl: Ctrl-] leaves the console]\r\n")
+	case interactive:
+		esc = &escaper{} // ~. leaves a terminal session, as in OpenSSH
 	}
-	status, msg, err := pumpFrames(ctx, conn, o.IO.In, o.IO.Out, o.IO.ErrOut, detach)
+	status, msg, err := pumpFrames(ctx, conn, o.IO.In, o.IO.Out, o.IO.ErrOut, detach, esc)
 	if restore != nil {
 		restore() // before any message, so it prints on a sane terminal
+	}
+	if errors.Is(err, errDisconnected) {
+		fmt.Fprintf(o.IO.ErrOut, "Connection to %s closed (~.).\n", o.Allocation)
+		return &cmdutil.SilentError{Code: 255} // what OpenSSH returns for ~.
 	}
 	if err != nil {
 		return err
@@ -158,6 +166,9 @@ func run(ctx context.Context, o *Options) error {
 }
 
 var frameMu sync.Mutex
+
+// errDisconnected ends a session the user left with the ~. escape.
+var errDisconnected = errors.New("disconnected by the ~. escape")
 
 func send(w io.Writer, typ byte, p []byte) error {
 	frameMu.Lock()
@@ -186,8 +197,8 @@ func forwardResize(ctx context.Context, conn net.Conn, fd int) {
 
 // pumpFrames copies stdin into data frames (then EOF), and the host's frames to stdout and
 // stderr, until the exit frame. A connection that ends without one is an error.
-func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io.Writer, detach int) (int, string, error) {
-	detached := make(chan struct{})
+func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io.Writer, detach int, esc *escaper) (int, string, error) {
+	detached, disconnected := make(chan struct{}), make(chan struct{})
 	go func() {
 		buf := make([]byte, 32<<10)
 		for {
@@ -197,8 +208,24 @@ func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io
 				_ = conn.Close()
 				return
 			}
-			if n > 0 {
-				if send(conn, terminal.FrameData, buf[:n]) != nil {
+			data := buf[:n]
+			if esc != nil && n > 0 {
+				var action escapeAction
+				data, action = esc.filter(data)
+				if action == escapeHelp {
+					_, _ = io.WriteString(errOut, escapeHelpText)
+				}
+				if action == escapeDisconnect {
+					if len(data) > 0 {
+						_ = send(conn, terminal.FrameData, data)
+					}
+					close(disconnected)
+					_ = conn.Close()
+					return
+				}
+			}
+			if len(data) > 0 {
+				if send(conn, terminal.FrameData, data) != nil {
 					return
 				}
 			}
@@ -215,6 +242,8 @@ func pumpFrames(ctx context.Context, conn net.Conn, in io.Reader, out, errOut io
 			select {
 			case <-detached:
 				return 0, "", nil
+			case <-disconnected:
+				return 0, "", errDisconnected
 			default:
 			}
 			if ctx.Err() != nil {
