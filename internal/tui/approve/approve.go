@@ -121,9 +121,29 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, nil
 	case tea.KeyMsg:
-		return m.key(msg)
+		return m.keys(msg)
 	}
 	return m, nil
+}
+
+// keys handles a key message. Keys typed or pasted in one burst arrive as one message with
+// several runes ("jj " for j, j, space): each is handled in turn, as if typed alone.
+func (m Model) keys(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if k.Type != tea.KeyRunes || len(k.Runes) < 2 {
+		return m.key(k)
+	}
+	var cmds []tea.Cmd
+	var model tea.Model = m
+	for _, r := range k.Runes {
+		one := tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt}
+		if r == ' ' {
+			one.Type = tea.KeySpace
+		}
+		var cmd tea.Cmd
+		model, cmd = model.(Model).key(one)
+		cmds = append(cmds, cmd)
+	}
+	return model, tea.Sequence(cmds...)
 }
 
 func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {

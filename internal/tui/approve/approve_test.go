@@ -98,6 +98,18 @@ func TestApproveSelectsReadyRowsAndSkipsBlocked(t *testing.T) {
 	}
 }
 
+// TestKeysInOneBurstAreEachHandled: keys typed or pasted in one burst reach the model as one
+// message with several runes; each one acts, in order.
+func TestKeysInOneBurstAreEachHandled(t *testing.T) {
+	fc := &fakeController{}
+	var m tea.Model = New("h200-01", report(t), fc.approve)
+	m, _ = m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("jj j ")})
+	got := m.(Model)
+	if got.cursor != 3 || fmt.Sprint(got.Chosen()) != "[2 3]" {
+		t.Fatalf("after the burst \"jj j \": cursor %d, chosen %v; want 3, [2 3]", got.cursor, got.Chosen())
+	}
+}
+
 func TestApproveDeclineAndFailure(t *testing.T) {
 	fc := &fakeController{fail: errors.New("conflict: discovery is stale")}
 	tm := teatest.NewTestModel(t, New("h200-01", report(t), fc.approve), teatest.WithInitialTermSize(130, 40))
