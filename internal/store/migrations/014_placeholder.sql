@@ -1,0 +1,4 @@
+-- Placeholder so this branch's migrations are contiguous (tern refuses gaps); the migration
+-- of this number comes from another branch and replaces this file at merge.
+
+---- create above / drop below ----
