@@ -55,7 +55,7 @@ const nodeOK = simulatedOK + `
 // simulatedOK keeps simulated nodes (hostd on the sim runtime) out of placement unless the
 // session allows them (store.Options.AllowSimulated); the claim trigger refuses them the same
 // way (migration 016), so placement never offers what the database would refuse.
-const simulatedOK = `(NOT n.simulated OR current_setting('` + AllowSimulatedParam + `', true) = 'on')`
+const simulatedOK = `(NOT n.simulated OR coalesce(current_setting('` + AllowSimulatedParam + `', true), '') = 'on')`
 
 // nodeLive is nodeOK without simulatedOK (the diagnosis counts what simulatedOK excludes).
 const nodeLive = `n.status = 'active'
