@@ -51,8 +51,13 @@ func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	runtime := o.Runtime
+	if runtime == "" {
+		runtime = "libvirt" // the config's default (Config.defaults)
+	}
+	// The runtime goes with the enrollment: the controller records a sim host as simulated.
 	body, _ := json.Marshal(apiv1.EnrollRequest{BootstrapToken: strings.TrimSpace(o.Token),
-		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}))})
+		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})), Runtime: runtime})
 	for _, s := range list {
 		if err := validServer(s); err != nil {
 			return Config{}, err

@@ -26,6 +26,9 @@ type Config struct {
 	// MaxAttempts bounds how many ranked choices a reservation tries when it loses lock races.
 	MaxAttempts int
 	Now         func() time.Time
+	// AllowSimulated says this controller sells simulated hosts (--allow-simulated-hosts); the
+	// database is what enforces it (store.Options.AllowSimulated), this only explains it.
+	AllowSimulated bool
 }
 
 // Service runs placement and lifecycle transitions.
@@ -213,7 +216,12 @@ func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.
 	details["blocked_by_fabric_policy"] = b.FabricPolicy
 	details["blocked_by_storage_policy"] = b.StoragePolicy
 	details["on_draining_nodes"] = b.OnDrainingNodes
+	details["on_simulated_nodes"] = b.OnSimulatedNodes
 	switch {
+	case b.OnSimulatedNodes > 0 && out.FreeSlots+b.OnSimulatedNodes >= r.gpus:
+		return unavailable(apiv1.ReasonSimulatedHosts, fmt.Sprintf(
+			"%d free slots of %s are on simulated hosts (no real VM, no real disk wipe), which this controller does not sell",
+			b.OnSimulatedNodes, r.sku.SKU), details)
 	case b.FabricPolicy > 0 && out.FreeSlots+b.FabricPolicy >= r.gpus:
 		return unavailable(apiv1.ReasonFabricPolicyBlocked, fmt.Sprintf(
 			"%d free slots of %s are excluded by fabric policy (need fabric_claim_mode=per_slot_vf and a unique fabric VF each)",
@@ -676,6 +684,9 @@ func isIdempotencyConflict(err error) bool {
 	var dbe *store.DBError
 	return errors.As(err, &dbe) && dbe.Constraint == "allocations_tenant_id_idempotency_key_key"
 }
+
+// AllowSimulated says whether this controller sells simulated hosts.
+func (s *Service) AllowSimulated() bool { return s.cfg.AllowSimulated }
 
 // HeartbeatMaxAge is the configured agent freshness bound (0 = not enforced).
 func (s *Service) HeartbeatMaxAge() time.Duration { return s.cfg.HeartbeatMaxAge }

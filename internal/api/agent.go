@@ -134,6 +134,11 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request, _ Principal) err
 	if err != nil {
 		return err
 	}
+	switch req.Runtime {
+	case "", "libvirt", "lab", "sim":
+	default:
+		return apiErr(apiv1.CodeInvalidRequest, "runtime must be libvirt, lab or sim", map[string]any{"field": "runtime"})
+	}
 	var out apiv1.Enrollment
 	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
 		nodeID, err := tx.ConsumeBootstrapToken(r.Context(), pki.HashToken(strings.TrimSpace(req.BootstrapToken)), time.Now())
@@ -148,8 +153,13 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request, _ Principal) err
 		if out, err = s.issueNodeCert(r, tx, nodeID, pub); err != nil {
 			return err
 		}
+		simulated := req.Runtime == "sim"
+		if err := tx.RecordEnrollmentRuntime(r.Context(), nodeID, simulated); err != nil {
+			return err
+		}
 		return tx.Audit(r.Context(), store.AuditRecord{Actor: "node:" + nodeID, ActorRole: "node", Action: "node.enroll",
-			TargetKind: "node", TargetID: nodeID, RequestID: requestID(r.Context()), Details: map[string]any{"cert_not_after": out.NotAfter}})
+			TargetKind: "node", TargetID: nodeID, RequestID: requestID(r.Context()),
+			Details: map[string]any{"cert_not_after": out.NotAfter, "runtime": req.Runtime, "simulated": simulated}})
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,11 @@ func toAPIError(err error) *apiv1.Error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return errNotFound("not found")
+	case errors.Is(err, store.ErrSimulated):
+		// The database refused a simulated host (a node that turned sim after placement read
+		// it); which node is not the tenant's business.
+		return apiErr(apiv1.CodeSKUUnavailable, "no real capacity: the free capacity is on simulated hosts, which this controller does not sell",
+			map[string]any{"reason": apiv1.ReasonSimulatedHosts})
 	case errors.As(err, &dbe) && errors.Is(err, store.ErrConflict):
 		return apiErr(apiv1.CodeConflict, dbe.Detail, map[string]any{"constraint": dbe.Constraint})
 	case errors.As(err, &dbe) && errors.Is(err, store.ErrInvalid):

@@ -144,7 +144,7 @@ func (s *Server) openTerminal(w http.ResponseWriter, r *http.Request, p Principa
 	}
 	_ = s.store.InTx(r.Context(), func(tx *store.Tx) error { return tx.SetSessionTask(r.Context(), sessionID, taskID) })
 	writeJSON(w, http.StatusCreated, apiv1.TerminalTicket{SessionID: sessionID, Token: clientTok,
-		AttachPath: "/api/v1/terminal/" + sessionID + "/attach", ExpiresAt: expires})
+		AttachPath: "/api/v1/terminal/" + sessionID + "/attach", ExpiresAt: expires, Simulated: rec.Simulated})
 	return nil
 }
 

@@ -32,6 +32,9 @@ const (
 	ReasonNodeDraining        = "node_draining"
 	ReasonSKUInactive         = "sku_inactive"
 	ReasonNoImage             = "no_viable_image"
+	// ReasonSimulatedHosts: the only capacity is on hosts running the sim runtime, which a
+	// controller sells only when started with --allow-simulated-hosts.
+	ReasonSimulatedHosts = "simulated_hosts_only"
 )
 
 // Error is the body of every non-2xx response.
@@ -103,6 +106,10 @@ type Node struct {
 	Mode            string          `json:"mode"`
 	Schedulable     Schedulable     `json:"schedulable"`
 	SlotSummary     SlotSummary     `json:"slot_summary"`
+
+	// Simulated: the node's hostd reported the sim runtime (no VMs, no disk writes) at
+	// enrollment or since; it stays set until the node is enrolled again with a new token.
+	Simulated bool `json:"simulated"`
 	// BootstrapToken is set only in the response that created the node: a one-time,
 	// expiring token for `gpuaas-hostd enroll`.
 	BootstrapToken          string    `json:"bootstrap_token,omitempty"`
@@ -365,6 +372,10 @@ type Allocation struct {
 	ActiveAt      *time.Time       `json:"active_at,omitempty"`
 	ReleasingAt   *time.Time       `json:"releasing_at,omitempty"`
 	ReleasedAt    *time.Time       `json:"released_at,omitempty"`
+
+	// Simulated: the allocation's node runs the sim runtime, so no VM exists and its disks
+	// are never written (sold only by a controller that allows simulated hosts).
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // AllocationSlot is one slot an allocation holds, as every caller may see it.
@@ -500,6 +511,10 @@ type BootstrapToken struct {
 type EnrollRequest struct {
 	BootstrapToken string `json:"bootstrap_token,omitempty"`
 	PublicKeyPEM   string `json:"public_key_pem"`
+
+	// Runtime is the hostd runtime (libvirt, lab, sim): a node enrolled with sim is recorded
+	// as simulated. Empty (an older hostd) counts as not simulated until a heartbeat says.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Enrollment is the node's identity: its certificate, the CA, and the key that signs tasks.
@@ -527,7 +542,7 @@ type TaskPhase struct {
 	Name       string    `json:"name"`
 	StartedAt  time.Time `json:"started_at"`
 	DurationMS int64     `json:"duration_ms"`
-	Status     string    `json:"status"` // ok | failed | skipped | running (progress of the phase in flight)
+	Status     string    `json:"status"` // ok | simulated (the sim runtime: nothing was done) | failed | skipped | running (progress of the phase in flight)
 	Error      string    `json:"error,omitempty"`
 	Detail     string    `json:"detail,omitempty"` // what the phase did, or why it was skipped
 }
@@ -622,6 +637,9 @@ type TerminalTicket struct {
 	Token      string    `json:"token"`
 	AttachPath string    `json:"attach_path"`
 	ExpiresAt  time.Time `json:"expires_at"`
+
+	// Simulated: the slice is on a simulated host; a simulated guest answers, not a VM.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 // TerminalSession is a recorded session (sessions list/show).

@@ -47,6 +47,9 @@ type Config struct {
 	// MaxProcs is how many CPUs the Go runtime schedules on: auto (half when PostgreSQL runs
 	// on this machine, else all), all, or a count; the GOMAXPROCS variable overrides it.
 	MaxProcs string `mapstructure:"max_procs"`
+	// AllowSimulatedHosts sells nodes whose hostd runs the sim runtime and accepts their
+	// simulated provisioning and wipes (demo, soak, bench). Off, the database refuses them.
+	AllowSimulatedHosts bool `mapstructure:"allow_simulated_hosts"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -94,6 +97,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Int(n, 48, "let the heap grow this many MiB past its live data before a garbage collection (at least Go's own 2x live): a small heap under load collects far less often; 0 = Go's default; a GOGC variable overrides it")
 		case "max-procs":
 			fs.String(n, "auto", "CPUs the Go runtime schedules on: auto (half of them when PostgreSQL runs on this machine, so the controller's idle processors do not spin on the database's cores; else all), all, or a count; a GOMAXPROCS variable overrides it")
+		case "allow-simulated-hosts":
+			fs.Bool(n, false, "place tenant allocations on hosts running the sim runtime and accept their simulated provisioning and wipe proofs (demo, soak, bench only: no VM exists and no disk is wiped there)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}

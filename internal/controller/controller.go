@@ -135,7 +135,10 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return err
 	}
 	log.Info("database migrated", "version", v)
-	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns})
+	if cfg.AllowSimulatedHosts {
+		log.Warn("simulated hosts allowed: nodes running the sim runtime are sold and their simulated wipes accepted (--allow-simulated-hosts)")
+	}
+	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns, AllowSimulated: cfg.AllowSimulatedHosts})
 	if err != nil {
 		return err
 	}
@@ -143,7 +146,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	if err := ensureAdminToken(ctx, st, cfg.StateDir); err != nil {
 		return fmt.Errorf("admin token: %w", err)
 	}
-	svc := alloc.New(st, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge})
+	svc := alloc.New(st, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts})
 	signKey, err := pki.LoadSigningKey(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("task signing key: %w", err)
@@ -163,13 +166,13 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	// creates must not wait for new backends while the tenant pool keeps the CPU busy (issue 9
 	// item 5: a cold host pool added 100-300 ms to the first provisioning phase of each host).
 	hostConns := max(8, cfg.MaxDBConns/2)
-	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns})
+	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns, AllowSimulated: cfg.AllowSimulatedHosts})
 	if err != nil {
 		return err
 	}
 	defer hostSt.Close()
-	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
-		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups})
+	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
+		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts})
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)

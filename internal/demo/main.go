@@ -92,9 +92,15 @@ func run() error {
 		return err
 	}
 	defer logf.Close()
-	ctl := exec.Command(filepath.Join(abs, "gpuaas-controller"), "serve", "--state-dir", filepath.Join(dir, "state"), "--listen", addr)
+	args := []string{"serve", "--state-dir", filepath.Join(dir, "state"), "--listen", addr}
+	if !useLab {
+		// The sim path sells a simulated host, which a controller does only when told to; it
+		// then labels the node, the allocation and every phase simulated.
+		args = append(args, "--allow-simulated-hosts")
+	}
+	ctl := exec.Command(filepath.Join(abs, "gpuaas-controller"), args...)
 	ctl.Stdout, ctl.Stderr = logf, logf
-	fmt.Printf("$ gpuaas-controller serve --state-dir %s/state --listen %s\n", dir, addr)
+	fmt.Printf("$ gpuaas-controller %s\n", strings.Join(args, " "))
 	if err := ctl.Start(); err != nil {
 		return err
 	}

@@ -42,6 +42,11 @@ type Config struct {
 	// since the last (default 20 ms). Each NOTIFY is a transaction with its own commit; sent
 	// as soon as the notifier was free, a busy replica sent about one per create.
 	NotifyEvery time.Duration
+	// AllowSimulated accepts results of the sim runtime (no VM, no disk written) as an
+	// allocation's provisioning and its slots' wipes. Without it a simulated provisioning
+	// fails the allocation and a simulated wipe leaves its slot cleanup_blocked; the database
+	// refuses the slot's return to sale too (migration 016).
+	AllowSimulated bool
 }
 
 func (c *Config) defaults() {
@@ -640,6 +645,8 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 	}
 	var err error
 	switch {
+	case tr.Type == string(task.TypeVMProvision) && tr.Status == "succeeded" && !d.cfg.AllowSimulated && simulatedOutput(tr.Output):
+		err = d.alloc.MarkFailed(ctx, tr.AllocationID, refusedSimulatedProvision)
 	case tr.Type == string(task.TypeVMProvision) && tr.Status == "succeeded":
 		err = d.alloc.MarkActive(ctx, tr.AllocationID)
 	case tr.Type == string(task.TypeVMProvision):
@@ -657,7 +664,7 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		_ = json.Unmarshal(tr.Output, &out) // a failed release may carry partial or no proofs
 		proofs := map[string]alloc.WipeProof{}
 		for slot, p := range out.Wiped {
-			proofs[slot] = alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}
+			proofs[slot] = d.checkSimulated(alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}, out.Simulated)
 		}
 		if tr.Status != "succeeded" {
 			// A slot the failed release left without proof is blocked with the host's error
@@ -689,6 +696,32 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		return nil
 	}
 	return err
+}
+
+// refusedSimulatedProvision is the failure reason of an allocation a simulated host
+// "provisioned" on a controller that does not sell simulated hosts.
+const refusedSimulatedProvision = "simulated provisioning refused: the host runs the sim runtime and no VM exists (the controller does not allow simulated hosts)"
+
+// simulatedOutput reports a task output that says it was simulated (the sim runtime's
+// "simulated": true).
+func simulatedOutput(out json.RawMessage) bool {
+	var o struct {
+		Simulated bool   `json:"simulated"`
+		Runtime   string `json:"runtime"`
+	}
+	return json.Unmarshal(out, &o) == nil && (o.Simulated || o.Runtime == "sim")
+}
+
+// checkSimulated refuses a simulated wipe proof (method simulated, or the release said it was
+// simulated) unless simulated hosts are allowed: nothing was written, so the slot must not go
+// back on sale. The refusal keeps the method so the record says what the host claimed.
+func (d *Dispatcher) checkSimulated(p alloc.WipeProof, simulated bool) alloc.WipeProof {
+	if d.cfg.AllowSimulated || (!simulated && p.Method != "simulated") {
+		return p
+	}
+	p.Verified = false
+	p.Error = "simulated wipe refused: no disk was written (the controller does not allow simulated hosts)"
+	return p
 }
 
 // replace answers a host's plan_invalid: place the allocation on another node, or fail it
@@ -813,8 +846,8 @@ func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error
 		Bytes    int64  `json:"bytes"`
 	}
 	_ = json.Unmarshal(tr.Output, &ev)
-	proof := alloc.WipeProof{Verified: ev.Verified && tr.Status == "succeeded", Method: ev.Method,
-		Evidence: fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes), Error: ev.Error}
+	proof := d.checkSimulated(alloc.WipeProof{Verified: ev.Verified && tr.Status == "succeeded", Method: ev.Method,
+		Evidence: fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes), Error: ev.Error}, false)
 	if proof.Error == "" && tr.Status != "succeeded" {
 		proof.Error = tr.Error
 	}

@@ -61,13 +61,40 @@ func TestSimHoldStaysInThePhase(t *testing.T) {
 			t.Fatalf("%s after cancel: %v, want context.Canceled", tc.typ, err)
 		}
 		got := rec.Phases()
-		if len(got) != tc.hold+1 || got[tc.hold].Name != phases[tc.hold] || got[tc.hold].Status == "ok" {
-			t.Fatalf("%s phases %+v: want %d finished and %s not ok", tc.typ, got, tc.hold, phases[tc.hold])
+		if len(got) != tc.hold+1 || got[tc.hold].Name != phases[tc.hold] || got[tc.hold].Status != "failed" {
+			t.Fatalf("%s phases %+v: want %d finished and %s failed", tc.typ, got, tc.hold, phases[tc.hold])
 		}
 		for _, p := range got[:tc.hold] {
-			if p.Status != "ok" {
+			if p.Status != PhaseSimulated {
 				t.Fatalf("%s phase %s %s before the hold", tc.typ, p.Name, p.Status)
 			}
+		}
+	}
+}
+
+// The sim runtime never reports a phase "ok": every phase it walks, provisioning and release,
+// says simulated, and its wipe proofs say simulated too.
+func TestSimPhasesSaySimulated(t *testing.T) {
+	ctx := context.Background()
+	bundles := []task.Bundle{{SlotID: "s1", GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", NVMeDevice: "/dev/disk/by-id/nvme-a"}}
+	rec := &Recorder{}
+	out, err := Sim{}.Provision(ctx, &task.VMProvision{AllocationID: "a1", Bundles: bundles,
+		Image: task.Image{Slug: "img", DigestSHA256: strings.Repeat("a", 64)}}, rec)
+	if err != nil || !out.Simulated {
+		t.Fatalf("provision: %+v, %v", out, err)
+	}
+	rel := &Recorder{}
+	rout, err := Sim{}.Release(ctx, &task.VMRelease{AllocationID: "a1", Bundles: bundles, Wipe: true}, rel)
+	if err != nil || !rout.Simulated || rout.Wiped["s1"].Method != "simulated" {
+		t.Fatalf("release: %+v, %v", rout, err)
+	}
+	phases := append(rec.Phases(), rel.Phases()...)
+	if len(phases) != len(ProvisionPhases)+len(ReleasePhases) {
+		t.Fatalf("%d phases, want %d", len(phases), len(ProvisionPhases)+len(ReleasePhases))
+	}
+	for _, p := range phases {
+		if p.Status != PhaseSimulated {
+			t.Errorf("phase %s is %q, want %q", p.Name, p.Status, PhaseSimulated)
 		}
 	}
 }

@@ -29,6 +29,9 @@ type Recorder struct {
 	// is recorded as finished: the crash point "side effect done, nobody told yet". Only
 	// tests set it (agent.Knobs), to park a daemon there and kill it.
 	AfterWork func(phase string)
+	// Simulated records a phase that did its (simulated) work as "simulated", never "ok":
+	// the sim runtime sets it, so no report of a VM that does not exist says ok.
+	Simulated bool
 	mu        sync.Mutex
 	phases    []task.Phase
 }
@@ -51,6 +54,9 @@ func (r *Recorder) RunDetail(name string, fn func() (string, error)) error {
 		r.AfterWork(name)
 	}
 	p := task.Phase{Name: name, StartedAt: start.UTC(), DurationMS: now().Sub(start).Milliseconds(), Status: "ok", Detail: detail}
+	if r.Simulated {
+		p.Status = PhaseSimulated
+	}
 	var skip skipped
 	switch {
 	case errors.As(err, &skip):
@@ -79,6 +85,9 @@ func (r *Recorder) Progress(name, detail string) {
 	}
 	r.OnUpdate(append(r.Phases(), task.Phase{Name: name, StartedAt: now().UTC(), Status: "running", Detail: detail}))
 }
+
+// PhaseSimulated is the status of a phase the sim runtime walked: nothing was done on a host.
+const PhaseSimulated = "simulated"
 
 type skipped struct{ reason string }
 
@@ -157,6 +166,7 @@ func validatePlan(bundles []task.Bundle) error {
 
 // Provision walks the 17 phases.
 func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (task.ProvisionOutput, error) {
+	rec.Simulated = true
 	out := task.ProvisionOutput{Runtime: "sim", Simulated: true, VMName: VMName(p.AllocationID)}
 	if len(p.Bundles) > 0 {
 		out.PrivateIP = p.Bundles[0].PrivateIP
@@ -187,6 +197,7 @@ func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) 
 // Release walks the release phases (each PhaseDelay long, so a crash test can land in any
 // of them); wipe proofs are simulated (nothing was written).
 func (s Sim) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (task.ReleaseOutput, error) {
+	rec.Simulated = true
 	out := task.ReleaseOutput{Runtime: "sim", Simulated: true, VMName: VMName(p.AllocationID), Wiped: map[string]task.WipeProof{}, SlotCount: len(p.Bundles)}
 	for _, ph := range ReleasePhases {
 		if err := ctx.Err(); err != nil {

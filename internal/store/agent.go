@@ -41,6 +41,19 @@ func (t *Tx) ConsumeBootstrapToken(ctx context.Context, hash string, now time.Ti
 	return nodeID, translate(err)
 }
 
+// RecordEnrollmentRuntime records, in the transaction that consumed the node's bootstrap
+// token, whether its hostd runs the sim runtime. Only here may a node marked simulated be
+// cleared (an admin issued the token to enroll it again); a heartbeat reporting sim marks it
+// again (migration 016).
+func (t *Tx) RecordEnrollmentRuntime(ctx context.Context, nodeID string, simulated bool) error {
+	_, err := t.tx.Exec(ctx, `SELECT set_config('gpuaas.reenroll', $1, true)`, nodeID)
+	if err != nil {
+		return translate(err)
+	}
+	_, err = t.tx.Exec(ctx, `UPDATE nodes SET simulated = $2 WHERE id = $1 AND simulated IS DISTINCT FROM $2`, nodeID, simulated)
+	return translate(err)
+}
+
 // RecordCredential remembers an issued node certificate.
 func (t *Tx) RecordCredential(ctx context.Context, serial, nodeID string, notAfter time.Time) error {
 	_, err := t.tx.Exec(ctx, `INSERT INTO node_credentials (serial, node_id, not_after) VALUES ($1, $2, $3)`, serial, nodeID, notAfter)

@@ -11,3 +11,6 @@ const RefreshCapacitySQL = refreshCapacitySQL
 func FirstWindowArgs(sku string, gpus, limit, group int) []any {
 	return WindowRequest{Query: PlacementQuery{SKU: sku}, GPUs: gpus, Limit: limit, Group: group}.sqlArgs()
 }
+
+// Translate is the store's error translation, for tests that write with plain SQL.
+var Translate = translate

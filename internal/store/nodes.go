@@ -15,11 +15,11 @@ const liveClaim = `('reserved', 'provisioning', 'active', 'releasing')`
 
 const nodeColumns = `n.id::text, n.name, n.status, n.draining, n.region, coalesce(n.tenant_id::text, ''),
 	coalesce(n.sku, ''), coalesce(n.slice_sku, ''), n.profile_tags, n.hardware_tags, n.firmware_profile,
-	n.agent_facts, n.last_heartbeat_at, n.created_at`
+	n.agent_facts, n.last_heartbeat_at, n.created_at, n.simulated`
 
 func scanNode(row pgx.Row, n *apiv1.Node) error {
 	return row.Scan(&n.ID, &n.Name, &n.Status, &n.Draining, &n.Region, &n.TenantID, &n.SKU, &n.SliceSKU,
-		&n.ProfileTags, &n.HardwareTags, &n.FirmwareProfile, &n.AgentFacts, &n.LastHeartbeatAt, &n.CreatedAt)
+		&n.ProfileTags, &n.HardwareTags, &n.FirmwareProfile, &n.AgentFacts, &n.LastHeartbeatAt, &n.CreatedAt, &n.Simulated)
 }
 
 // CreateNode registers a node.

@@ -42,8 +42,23 @@ var sliceBase = `
 	WHERE ` + fleetWide(nodeOK) + `
 	  AND ` + slotOK
 
+// sliceBaseAnyRuntime is sliceBase without simulatedOK, for the diagnosis.
+var sliceBaseAnyRuntime = `
+	FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+	WHERE ` + fleetWide(nodeLive) + `
+	  AND ` + slotOK
+
 // nodeOK is the filter's node-level part: what node n must meet for any of its slots to be a candidate.
-const nodeOK = `n.status = 'active'
+const nodeOK = simulatedOK + `
+	  AND ` + nodeLive
+
+// simulatedOK keeps simulated nodes (hostd on the sim runtime) out of placement unless the
+// session allows them (store.Options.AllowSimulated); the claim trigger refuses them the same
+// way (migration 016), so placement never offers what the database would refuse.
+const simulatedOK = `(NOT n.simulated OR coalesce(current_setting('` + AllowSimulatedParam + `', true), '') = 'on')`
+
+// nodeLive is nodeOK without simulatedOK (the diagnosis counts what simulatedOK excludes).
+const nodeLive = `n.status = 'active'
 	  AND ($2 = '' OR n.region = $2)
 	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
@@ -215,7 +230,7 @@ const windowFrom = `FROM nodes n
 // running the node checks on every node it passed (TestWindowCostIgnoresFullNodes).
 var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 	placeable AS MATERIALIZED (SELECT n.id, n.name, n.slice_sku
-		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts
+		FROM (SELECT id, name, slice_sku, draining, status, region, tenant_id, last_heartbeat_at, agent_facts, simulated
 		      FROM nodes WHERE id = ANY (ARRAY(SELECT id FROM win WHERE fits)) OFFSET 0) n
 		WHERE NOT n.draining AND `+nodeOK+`),
 	slots AS MATERIALIZED (SELECT s.id, s.node_id, s.slot_index, s.numa_node, s.status,
@@ -399,6 +414,9 @@ type Blockers struct {
 	FabricPolicy    int // excluded by fabric_claim_mode / VF rules
 	StoragePolicy   int // excluded by storage_ownership / wipe policy
 	MaxDrainingNode int // most otherwise-eligible slots on one draining node
+	// OnSimulatedNodes counts otherwise-eligible slots on simulated nodes that this session
+	// may not sell (simulatedOK).
+	OnSimulatedNodes int
 }
 
 // SliceBlockers explains why fewer slots than requested are candidates.
@@ -413,12 +431,15 @@ func (t *Tx) SliceBlockers(ctx context.Context, pq PlacementQuery) (Blockers, er
 
 func sliceBlockers(ctx context.Context, q querier, pq PlacementQuery) (Blockers, error) {
 	var b Blockers
-	err := q.QueryRow(ctx, `WITH base AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok `+sliceBase+`)
+	err := q.QueryRow(ctx, `WITH every AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok,
+		          `+simulatedOK+` AS sim_ok `+sliceBaseAnyRuntime+`),
+		base AS (SELECT * FROM every WHERE sim_ok)
 		SELECT count(*) FILTER (WHERE draining AND storage_ok AND fabric_ok),
 		       count(*) FILTER (WHERE NOT fabric_ok),
 		       count(*) FILTER (WHERE fabric_ok AND NOT storage_ok),
-		       coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM base WHERE draining AND storage_ok AND fabric_ok GROUP BY node_id) x), 0)
-		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode)
+		       coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM base WHERE draining AND storage_ok AND fabric_ok GROUP BY node_id) x), 0),
+		       (SELECT count(*) FROM every WHERE NOT sim_ok AND NOT draining AND storage_ok AND fabric_ok)
+		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode, &b.OnSimulatedNodes)
 	return b, translate(err)
 }
 
@@ -586,7 +607,7 @@ type BaremetalCandidate struct {
 
 const baremetalFilter = `
 	FROM nodes n
-	WHERE n.status = 'active' AND NOT n.draining
+	WHERE n.status = 'active' AND NOT n.draining AND ` + simulatedOK + `
 	  AND ($2 = '' OR n.region = $2)
 	  AND (n.tenant_id IS NULL OR n.tenant_id::text = $3)
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))

@@ -30,6 +30,10 @@ var (
 	ErrConflict    = errors.New("conflict")
 	ErrInvalid     = errors.New("invalid")
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrSimulated is the database refusing to sell a simulated host: a claim on a node that
+	// runs the sim runtime, or a slot back on sale on a simulated wipe, in a session that does
+	// not allow simulated hosts (migration 016).
+	ErrSimulated = errors.New("simulated host refused")
 )
 
 // Store wraps a pgx pool.
@@ -46,7 +50,15 @@ type Options struct {
 	// Tracer, when set, sees every statement and batch the pool's connections send (tests
 	// count round trips with it).
 	Tracer pgx.QueryTracer
+	// AllowSimulated sets gpuaas.allow_simulated = on on every connection: the database then
+	// lets claims land on simulated nodes and slots return to sale on simulated wipes
+	// (migration 016). Only a controller started with --allow-simulated-hosts sets it.
+	AllowSimulated bool
 }
+
+// AllowSimulatedParam is the session parameter that lets simulated hosts be sold (demo,
+// soak, bench); without it the database refuses (migration 016).
+const AllowSimulatedParam = "gpuaas.allow_simulated"
 
 // Open connects to connString and checks the connection.
 func Open(ctx context.Context, connString string, opts Options) (*Store, error) {
@@ -62,6 +74,9 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
 	if opts.Tracer != nil {
 		cfg.ConnConfig.Tracer = opts.Tracer
+	}
+	if opts.AllowSimulated {
+		cfg.ConnConfig.RuntimeParams[AllowSimulatedParam] = "on" // sent at connect: no round trip per transaction
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -202,7 +217,12 @@ func translate(err error) error {
 			return err // retried by InTx
 		case "23505", "23P01": // unique_violation, exclusion_violation
 			return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
-		case "23503", "23514", "23502", "22P02", "22007", "22008", "22023", "22003":
+		case "23514":
+			if pgErr.Hint == "gpuaas:simulated_node" || pgErr.Hint == "gpuaas:simulated_wipe" {
+				return &DBError{Kind: ErrSimulated, Detail: pgErr.Message, Err: err}
+			}
+			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
 		}
 		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57") {

@@ -48,6 +48,9 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		node += " (" + a.NodeID + ")"
 	}
 	t.Row("Node:", node)
+	if a.Simulated {
+		t.Row("Simulated:", "yes: the host runs the sim runtime; no VM exists and no disk is written")
+	}
 	p := a.Profile
 	t.Row("Profile:", fmt.Sprintf("%s (%s): %d vCPU, %d MiB memory", output.Dash(p.Name), output.Dash(p.Source), p.VCPUCount, p.MemoryMiB))
 	image := "-"
@@ -79,7 +82,7 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		var ms int64
 		for _, ph := range tk.Phases {
 			ms += ph.DurationMS
-			t.Row("", ph.Name, ph.Status, output.Millis(ph.DurationMS), output.Dash(ph.Note()))
+			t.Row("", ph.Name, phaseStatus(a, ph), output.Millis(ph.DurationMS), output.Dash(ph.Note()))
 		}
 		if len(tk.Phases) > 0 {
 			t.Row("", "total", "", output.Millis(ms))
@@ -115,4 +118,13 @@ func printExplain(t *output.TableWriter, ex *apiv1.PlacementExplain) {
 			t.Row(i+1, output.Dash(ch.NodeName), output.Ints(ch.SlotIndexes), output.Ints(ch.NUMANodes), ch.Reason)
 		}
 	}
+}
+
+// phaseStatus is a phase's status as shown: on a simulated allocation a phase is never "ok"
+// (a hostd that predates the "simulated" status still reports ok for the sim runtime).
+func phaseStatus(a *apiv1.Allocation, p apiv1.TaskPhase) string {
+	if a.Simulated && p.Status == "ok" {
+		return "simulated"
+	}
+	return p.Status
 }

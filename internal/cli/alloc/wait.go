@@ -102,7 +102,7 @@ func waitFor(ctx context.Context, progress io.Writer, c *client.Client, from *ap
 					continue
 				}
 				seen[key] = true
-				line := fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, p.Status, output.Millis(p.DurationMS))
+				line := fmt.Sprintf("[%6.1fs] %s #%d %-26s %-6s %s", time.Since(start).Seconds(), tk.Type, tk.Attempt, p.Name, phaseStatus(a, p), output.Millis(p.DurationMS))
 				if p.Error != "" {
 					line += "  " + p.Error
 				} else if p.Detail != "" {

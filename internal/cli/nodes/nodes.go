@@ -32,11 +32,20 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 // printList writes v as JSON/YAML, or the nodes as a table.
 func printList(w io.Writer, o output.Format, v any, nodes []apiv1.Node) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("NAME", "REGION", "STATUS", "MODE", "SLOTS", "AVAILABLE", "CLAIMS", "SKU", "SLICE SKU")
+		t.Row("NAME", "REGION", "STATUS", "MODE", "SLOTS", "AVAILABLE", "CLAIMS", "SKU", "SLICE SKU", "SIMULATED")
 		for _, n := range nodes {
 			s := n.SlotSummary
 			t.Row(n.Name, n.Region, n.Status, n.Mode, s.Total, s.ByStatus["available"],
-				s.LiveSlotClaims+s.LiveExclusiveClaims, output.Dash(n.SKU), output.Dash(n.SliceSKU))
+				s.LiveSlotClaims+s.LiveExclusiveClaims, output.Dash(n.SKU), output.Dash(n.SliceSKU), simulatedMark(n.Simulated))
 		}
 	})
+}
+
+// simulatedMark is the SIMULATED column: a node whose hostd runs the sim runtime (no VMs, no
+// disk writes) says so in capitals; a real one shows a dash.
+func simulatedMark(sim bool) string {
+	if sim {
+		return "SIMULATED"
+	}
+	return "-"
 }

@@ -74,6 +74,9 @@ func printDetail(t *output.TableWriter, n *apiv1.Node) {
 	t.Row("Status:", n.Status)
 	t.Row("Mode:", n.Mode)
 	t.Row("Draining:", n.Draining)
+	if n.Simulated {
+		t.Row("Simulated:", "SIMULATED: its hostd reported the sim runtime (no VMs, no disk writes); enroll it again to clear")
+	}
 	t.Row("Tenant:", output.Dash(n.TenantID))
 	t.Row("SKU:", output.Dash(n.SKU))
 	t.Row("Slice SKU:", output.Dash(n.SliceSKU))

@@ -34,7 +34,7 @@ func StatusStyle(s string) lipgloss.Style {
 		return goodStyle
 	case "failed", "cleanup_blocked", "blocked", "unreachable", "expired", "refused", "disabled", "false", "no":
 		return badStyle
-	case "provisioning", "releasing", "requested", "reserved", "running", "queued", "leased", "cleanup", "skipped", "draining":
+	case "provisioning", "releasing", "requested", "reserved", "running", "queued", "leased", "cleanup", "skipped", "draining", "simulated", "SIMULATED":
 		return busyStyle
 	case "-", "released", "retired":
 		return faintStyle

@@ -123,6 +123,11 @@ func run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	if ticket.Simulated {
+		// Said on stderr so it never mixes with the command's output; the exit status below
+		// is still the (simulated) remote one.
+		fmt.Fprint(o.IO.ErrOut, "gpuaasctl ssh: simulated slice (sim runtime): no VM exists; a simulated guest answers\n")
+	}
 	conn, err := c.Attach(ctx, ticket)
 	if err != nil {
 		return err
