@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
@@ -220,15 +221,18 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 	if len(specs) > 256 {
 		return errInvalid("a slot map holds at most 256 slots")
 	}
-	seen := map[string]map[string]int{"slot_index": {}, "pci_address": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}, "fabric_vf_pci_address": {}}
-	dup := func(field, v string, idx int) error {
-		if v == "" {
+	// Keyed as the database compares them (migration 017): a GPU and a fabric VF are both PCI
+	// functions passed through, so one namespace; a MAC without case or separators; an IP by
+	// its address.
+	seen := map[string]map[string]int{"slot_index": {}, "pci": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}}
+	dup := func(space, field, v, key string, idx int) error {
+		if key == "" {
 			return nil
 		}
-		if prev, ok := seen[field][v]; ok {
-			return errInvalid("slots %d and %d share %s %s", prev, idx, field, v)
+		if prev, ok := seen[space][key]; ok {
+			return errInvalid("slots %d and %d share %s %s: a device identity belongs to one slot", prev, idx, field, v)
 		}
-		seen[field][v] = idx
+		seen[space][key] = idx
 		return nil
 	}
 	indexes := map[int]bool{}
@@ -243,7 +247,7 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if i < 0 || i > maxSlotIndex {
 			return errInvalid("slot_index %d out of range 0..%d", i, maxSlotIndex)
 		}
-		if err := dup("slot_index", strconv.Itoa(i), i); err != nil {
+		if err := dup("slot_index", "slot_index", strconv.Itoa(i), strconv.Itoa(i), i); err != nil {
 			return err
 		}
 		if task.CheckPCIAddress(sp.PCIAddress) != nil {
@@ -298,9 +302,14 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if vf != "" && task.CheckPCIAddress(vf) != nil {
 			return errInvalid("slot %d: capacity_metadata.fabric_vf_pci_address %q is not a PCI address", i, vf)
 		}
-		for field, v := range map[string]string{"pci_address": sp.PCIAddress, "nvme_device": sp.NVMeDevice,
-			"mac_address": sp.MACAddress, "private_ip": sp.PrivateIP, "fabric_vf_pci_address": vf} {
-			if err := dup(field, v, i); err != nil {
+		for _, id := range []struct{ space, field, v, key string }{
+			{"pci", "pci_address", sp.PCIAddress, strings.ToLower(sp.PCIAddress)},
+			{"pci", "fabric_vf_pci_address", vf, strings.ToLower(vf)},
+			{"nvme_device", "nvme_device", sp.NVMeDevice, sp.NVMeDevice},
+			{"mac_address", "mac_address", sp.MACAddress, store.MACKey(sp.MACAddress)},
+			{"private_ip", "private_ip", sp.PrivateIP, net.ParseIP(sp.PrivateIP).String()},
+		} {
+			if err := dup(id.space, id.field, id.v, id.key, i); err != nil {
 				return err
 			}
 		}
