@@ -24,7 +24,7 @@ func TestSlotMapSharingAnIdentityNamesBothSlots(t *testing.T) {
 	}{
 		{"gpu", "pci_address", func(m []apiv1.SlotSpec) { m[3].PCIAddress = m[1].PCIAddress }},
 		{"fabric vf", "fabric_vf_pci_address", func(m []apiv1.SlotSpec) { m[3].CapacityMetadata["fabric_vf_pci_address"] = vf(m, 1) }},
-		{"vf named as a gpu", "pci_address", func(m []apiv1.SlotSpec) { m[3].PCIAddress = vf(m, 1) }},
+		{"vf named as a gpu", "PCI function", func(m []apiv1.SlotSpec) { m[3].PCIAddress = vf(m, 1) }},
 		{"nvme", "nvme_device", func(m []apiv1.SlotSpec) { m[3].NVMeDevice = m[1].NVMeDevice }},
 		{"mac", "mac_address", func(m []apiv1.SlotSpec) { m[3].MACAddress = m[1].MACAddress }},
 		{"ip", "private_ip", func(m []apiv1.SlotSpec) { m[3].PrivateIP = m[1].PrivateIP }},
@@ -75,7 +75,9 @@ func TestIdentityConflictsNameTheHolderOverHTTP(t *testing.T) {
 			t.Fatalf("%s = %d %s; want 409 naming %s", what, code, body, holder)
 		}
 	}
-	slotPath := func(i int, verb string) string { return fmt.Sprintf("/api/v1/admin/nodes/%s/slots/%d/%s", x.ID, i, verb) }
+	slotPath := func(i int, verb string) string {
+		return fmt.Sprintf("/api/v1/admin/nodes/%s/slots/%d/%s", x.ID, i, verb)
+	}
 	w.must("POST", slotPath(1, "disable"), w.admin, nil, 200, nil)
 	z[1].MACAddress = xs.Items[1].MACAddress
 	w.must("PUT", "/api/v1/admin/nodes/node-z/slots", w.admin, apiv1.SlotApply{Slots: z}, 200, nil)

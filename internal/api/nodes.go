@@ -224,15 +224,23 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 	// Keyed as the database compares them (migration 017): a GPU and a fabric VF are both PCI
 	// functions passed through, so one namespace; a MAC without case or separators; an IP by
 	// its address.
-	seen := map[string]map[string]int{"slot_index": {}, "pci": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}}
+	type holder struct {
+		idx   int
+		field string
+	}
+	seen := map[string]map[string]holder{"slot_index": {}, "pci": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}}
 	dup := func(space, field, v, key string, idx int) error {
 		if key == "" {
 			return nil
 		}
 		if prev, ok := seen[space][key]; ok {
-			return errInvalid("slots %d and %d share %s %s: a device identity belongs to one slot", prev, idx, field, v)
+			if prev.field != field {
+				return errInvalid("slots %d and %d share PCI function %s (slot %d's %s, slot %d's %s): a device identity belongs to one slot",
+					prev.idx, idx, v, prev.idx, prev.field, idx, field)
+			}
+			return errInvalid("slots %d and %d share %s %s: a device identity belongs to one slot", prev.idx, idx, field, v)
 		}
-		seen[space][key] = idx
+		seen[space][key] = holder{idx, field}
 		return nil
 	}
 	indexes := map[int]bool{}
