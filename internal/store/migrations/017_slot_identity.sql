@@ -18,7 +18,10 @@
 -- else is checked at the end of each statement. Checks serialise per node (the node row is
 -- locked) and, for the fleet-wide MAC, on a transaction-scoped advisory lock keyed on the
 -- value; under READ COMMITTED each check reads after the lock is held, so it sees whatever a
--- concurrent writer of the same identity committed.
+-- concurrent writer of the same identity committed (SERIALIZABLE catches the same race as a
+-- serialization failure). REPEATABLE READ would read from a snapshot older than the lock, so a
+-- check refuses to run under it. Rows written before this migration are not re-checked until
+-- they change; store.Invariants reports any pair that shares an identity.
 
 CREATE FUNCTION slot_identity_mac_key(mac text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -38,6 +41,10 @@ DECLARE
     holder  text;
     what    text;
 BEGIN
+    IF current_setting('transaction_isolation') = 'repeatable read' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = 'slot device identities are checked under READ COMMITTED or SERIALIZABLE isolation, not REPEATABLE READ';
+    END IF;
     -- The row as it is now: a deferred check may run after later writes to it.
     SELECT * INTO me FROM node_resource_slots WHERE id = NEW.id;
     IF NOT FOUND OR me.status = 'disabled' THEN
