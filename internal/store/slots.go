@@ -316,7 +316,7 @@ func (t *Tx) recountAvailable(ctx context.Context, nodeID string) error {
 // conflict naming that slot. The node row is locked first, as ApplySlots and the identity
 // check lock it, so the two never wait on each other in opposite orders.
 func (t *Tx) SetSlotEnabled(ctx context.Context, nodeID string, index int, enabled bool, reason string) (apiv1.Slot, error) {
-	if _, err := t.tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE`, nodeID); err != nil {
+	if _, err := t.tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, nodeID); err != nil {
 		return apiv1.Slot{}, translate(err)
 	}
 	var status string

@@ -16,7 +16,8 @@
 -- WHEN clause without running anything. It is DEFERRABLE so a slot map that swaps identities
 -- between slots can defer the checks to the end of its writes (SET CONSTRAINTS); everything
 -- else is checked at the end of each statement. Checks serialise per node (the node row is
--- locked) and, for the fleet-wide MAC, on a transaction-scoped advisory lock keyed on the
+-- locked FOR NO KEY UPDATE, which leaves foreign-key checks of new claims on the node alone)
+-- and, for the fleet-wide MAC, on a transaction-scoped advisory lock keyed on the
 -- value; under READ COMMITTED each check reads after the lock is held, so it sees whatever a
 -- concurrent writer of the same identity committed (SERIALIZABLE catches the same race as a
 -- serialization failure). REPEATABLE READ would read from a snapshot older than the lock, so a
@@ -50,7 +51,7 @@ BEGIN
     IF NOT FOUND OR me.status = 'disabled' THEN
         RETURN NULL;
     END IF;
-    SELECT name INTO my_node FROM nodes WHERE id = me.node_id FOR UPDATE;
+    SELECT name INTO my_node FROM nodes WHERE id = me.node_id FOR NO KEY UPDATE;
     my_vf := lower(coalesce(me.capacity_metadata->>'fabric_vf_pci_address', ''));
 
     IF me.mac_address <> '' THEN
