@@ -308,8 +308,9 @@ func waitBlockedBy(ctx context.Context, t *testing.T, probe *pgx.Conn, pid uint3
 }
 
 // A shared identity written before migration 017 (here with the session's triggers off) is
-// reported by Invariants; and a check refuses to run under REPEATABLE READ, whose snapshot,
-// older than the check's lock, could miss a concurrent writer of the same identity.
+// reported by Invariants; and a check refuses to run under REPEATABLE READ or SERIALIZABLE,
+// whose snapshot, older than the check's lock, could miss a concurrent writer of the same
+// identity.
 func TestLegacySharedIdentityReportedAndRepeatableReadRefused(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
@@ -329,14 +330,16 @@ func TestLegacySharedIdentityReportedAndRepeatableReadRefused(t *testing.T) {
 		t.Fatalf("invariants = %q, %v; want [%q]", v, err, want)
 	}
 
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, `UPDATE node_resource_slots SET mac_address = '52:54:00:ee:00:02' WHERE node_id = $1 AND slot_index = 2`, a.ID)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "REPEATABLE READ") {
-		t.Fatalf("an identity write under REPEATABLE READ: %v; want it refused", err)
+	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, `UPDATE node_resource_slots SET mac_address = '52:54:00:ee:00:02' WHERE node_id = $1 AND slot_index = 2`, a.ID)
+		_ = tx.Rollback(ctx)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "READ COMMITTED isolation only") {
+			t.Fatalf("an identity write under %s: %v; want it refused", iso, err)
+		}
 	}
 }

@@ -19,9 +19,9 @@
 -- locked FOR NO KEY UPDATE, which leaves foreign-key checks of new claims on the node alone)
 -- and, for the fleet-wide MAC, on a transaction-scoped advisory lock keyed on the
 -- value; under READ COMMITTED each check reads after the lock is held, so it sees whatever a
--- concurrent writer of the same identity committed (SERIALIZABLE catches the same race as a
--- serialization failure). REPEATABLE READ would read from a snapshot older than the lock, so a
--- check refuses to run under it. Rows written before this migration are not re-checked until
+-- concurrent writer of the same identity committed. REPEATABLE READ and SERIALIZABLE read from
+-- a snapshot older than the lock, so a check refuses to run under them (the store's
+-- transactions are READ COMMITTED). Rows written before this migration are not re-checked until
 -- they change; store.Invariants reports any pair that shares an identity.
 
 CREATE FUNCTION slot_identity_mac_key(mac text) RETURNS text
@@ -42,9 +42,9 @@ DECLARE
     holder  text;
     what    text;
 BEGIN
-    IF current_setting('transaction_isolation') = 'repeatable read' THEN
+    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
         RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
-            MESSAGE = 'slot device identities are checked under READ COMMITTED or SERIALIZABLE isolation, not REPEATABLE READ';
+            MESSAGE = 'slot device identities are checked under READ COMMITTED isolation only, not ' || upper(current_setting('transaction_isolation'));
     END IF;
     -- The row as it is now: a deferred check may run after later writes to it.
     SELECT * INTO me FROM node_resource_slots WHERE id = NEW.id;
