@@ -29,6 +29,13 @@ func TestSlotMapSharingAnIdentityNamesBothSlots(t *testing.T) {
 		{"mac", "mac_address", func(m []apiv1.SlotSpec) { m[3].MACAddress = m[1].MACAddress }},
 		{"ip", "private_ip", func(m []apiv1.SlotSpec) { m[3].PrivateIP = m[1].PrivateIP }},
 	}
+	// A partition's by-id name (-partN) is its disk's: a slot owns a whole disk.
+	m := fixtures.H200SlotMap(1)
+	m[3].NVMeDevice = m[1].NVMeDevice + "-part1"
+	code, body := b.do("PUT", "/api/v1/admin/nodes/n1/slots", b.admin, apiv1.SlotApply{Slots: m})
+	if e := apiError(t, body); code != 400 || !strings.Contains(e.Message, "slot 3: nvme_device") || !strings.Contains(e.Message, "names a partition") {
+		t.Errorf("a partition as a slot's disk: %d %s", code, body)
+	}
 	for _, c := range cases {
 		m := fixtures.H200SlotMap(1)
 		c.edit(m)

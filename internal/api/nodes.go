@@ -206,11 +206,13 @@ func (s *Server) setSlotEnabled(enabled bool) handlerFunc {
 }
 
 var (
-	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
-	storageOwn = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
-	fabricMode = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
-	fabrics    = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
-	sharing    = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
+	macRE = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	// partitionName is udev's by-id name of a partition: its disk's name plus -partN.
+	partitionName = regexp.MustCompile(`-part[0-9]+$`)
+	storageOwn    = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
+	fabricMode    = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
+	fabrics       = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
+	sharing       = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
 )
 
 // ValidateSlotMap checks a declarative slot map before anything is written: identities must
@@ -263,6 +265,9 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		}
 		if task.CheckByIDPath(sp.NVMeDevice) != nil {
 			return errInvalid("slot %d: nvme_device must be a stable /dev/disk/by-id/ path, never /dev/nvmeXnY (got %q)", i, sp.NVMeDevice)
+		}
+		if partitionName.MatchString(sp.NVMeDevice) {
+			return errInvalid("slot %d: nvme_device %q names a partition: a slot owns a whole disk (name the disk, not -partN)", i, sp.NVMeDevice)
 		}
 		if !macRE.MatchString(sp.MACAddress) {
 			return errInvalid("slot %d: mac_address %q must be lowercase aa:bb:cc:dd:ee:ff", i, sp.MACAddress)

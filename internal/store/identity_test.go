@@ -78,6 +78,8 @@ func TestNodeIdentitiesBelongToOneSlot(t *testing.T) {
 		{"nvme", `nvme_device = '` + fixtures.H200Slot(1, 0).NVMeDevice + `'`,
 			func(s *apiv1.SlotSpec) { s.NVMeDevice = fixtures.H200Slot(1, 0).NVMeDevice }, true},
 		{"private ip", `private_ip = '10.100.1.10/24'`, func(s *apiv1.SlotSpec) { s.PrivateIP = "10.100.1.10" }, true},
+		{"nvme partition of slot 0's disk", `nvme_device = '` + fixtures.H200Slot(1, 0).NVMeDevice + `-part1'`,
+			func(s *apiv1.SlotSpec) { s.NVMeDevice = fixtures.H200Slot(1, 0).NVMeDevice + "-part1" }, false},
 	}
 	for _, c := range cases {
 		_, err := conn.Exec(ctx, `UPDATE node_resource_slots SET `+c.set+` WHERE node_id = $1 AND slot_index = 1`, a.ID)

@@ -60,7 +60,7 @@ func (s *Store) InvariantsWithin(ctx context.Context, d Deadlines) ([]string, er
 			      UNION ALL SELECT id, 'node ' || node_id || ' pci ' || lower(a) FROM node_resource_slots,
 			        unnest(ARRAY[pci_address, coalesce(capacity_metadata->>'fabric_vf_pci_address', '')]) AS a
 			      WHERE status <> 'disabled' AND a <> ''
-			      UNION ALL SELECT id, 'node ' || node_id || ' nvme ' || nvme_device FROM node_resource_slots
+			      UNION ALL SELECT id, 'node ' || node_id || ' nvme ' || regexp_replace(nvme_device, '-part[0-9]+$', '') FROM node_resource_slots
 			      WHERE status <> 'disabled' AND nvme_device <> ''
 			      UNION ALL SELECT id, 'node ' || node_id || ' ip ' || host(private_ip) FROM node_resource_slots
 			      WHERE status <> 'disabled' AND private_ip IS NOT NULL) i

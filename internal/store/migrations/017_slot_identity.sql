@@ -3,7 +3,8 @@
 --   within a node: a PCI function passed through (a GPU's pci_address or the fabric VF in
 --     capacity_metadata.fabric_vf_pci_address: one namespace, a function named as the GPU of
 --     one slot and the VF of another is still one device), an NVMe device (nvme_device, the
---     /dev/disk/by-id name, compared as written), and a private IP (each host's slices live on
+--     /dev/disk/by-id name, compared as written except that a partition's name, -partN, is its
+--     disk's: udev names no other alias the database could see), and a private IP (each host's slices live on
 --     that host's own slice bridge, 10.100.0.0/24 by default, so the network is the node);
 --   in the whole fleet: a MAC address, compared case-insensitively without separators.
 -- The parent fabric device (fabric_pci_address) is shared by the VFs cut from it and is not an
@@ -87,7 +88,8 @@ BEGIN
     IF me.nvme_device <> '' THEN
         SELECT format('slot %s on node %s', o.slot_index, my_node) INTO holder
         FROM node_resource_slots o
-        WHERE o.node_id = me.node_id AND o.id <> me.id AND o.status <> 'disabled' AND o.nvme_device = me.nvme_device
+        WHERE o.node_id = me.node_id AND o.id <> me.id AND o.status <> 'disabled' AND o.nvme_device <> ''
+          AND regexp_replace(o.nvme_device, '-part[0-9]+$', '') = regexp_replace(me.nvme_device, '-part[0-9]+$', '')
         ORDER BY o.slot_index LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'unique_violation', CONSTRAINT = 'slot_identity_nvme',
