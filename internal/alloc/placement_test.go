@@ -2,6 +2,7 @@ package alloc_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -10,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -182,11 +186,40 @@ func TestThreeGPUsCountNotAllowed(t *testing.T) {
 	}
 }
 
+// Two enabled slots of a node never share a fabric VF: the database refuses such a map, naming
+// both slots. Placement still keeps out a pair written before that constraint
+// existed (written here with the session's triggers off).
 func TestDuplicateFabricVFExcluded(t *testing.T) {
 	b := setup(t)
 	vf := "0000:1a:00.2"
-	b.addNode("n1", 1, withSlots(0, 1), editSlot(1, func(s *apiv1.SlotSpec) { s.CapacityMetadata["fabric_vf_pci_address"] = vf }))
-	_, err := b.create(b.tenant, "h200-sxm-slice", 1)
+	err := b.st.InTx(b.ctx, func(tx *store.Tx) error {
+		n, err := tx.CreateNode(b.ctx, apiv1.NodeCreate{Name: "n0", Region: "lab", SliceSKU: "h200-sxm-slice"})
+		if err != nil {
+			return err
+		}
+		m := fixtures.H200SlotMap(2)[:2]
+		m[1].CapacityMetadata["fabric_vf_pci_address"] = m[0].CapacityMetadata["fabric_vf_pci_address"]
+		_, err = tx.ApplySlots(b.ctx, n.ID, m, false)
+		return err
+	})
+	if !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "is already held by slot") ||
+		!strings.Contains(err.Error(), "slot 0 on node n0") || !strings.Contains(err.Error(), "slot 1 on node n0") {
+		t.Fatalf("a map with two slots on one VF: %v; want a conflict naming slots 0 and 1 of n0", err)
+	}
+	n := b.addNode("n1", 1, withSlots(0, 1))
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	if _, err := conn.Exec(b.ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(b.ctx, `UPDATE node_resource_slots SET capacity_metadata = jsonb_set(capacity_metadata, '{fabric_vf_pci_address}', to_jsonb($2::text))
+		WHERE node_id = $1 AND slot_index = 1`, n.ID, vf); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.create(b.tenant, "h200-sxm-slice", 1)
 	r, d := unavailableReason(t, err)
 	if r != apiv1.ReasonFabricPolicyBlocked || d["blocked_by_fabric_policy"] != 2 {
 		t.Fatalf("reason %s details %v", r, d)

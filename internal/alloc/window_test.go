@@ -156,7 +156,7 @@ func TestWindowSkipsNodesWithNoFittingGroup(t *testing.T) {
 	for i := range sched.WindowNodes*sched.WindowsBeforeFullScan + 1 {
 		b.disable(b.addNode(fmt.Sprintf("f%02d", i), 100+i), 0, 1, 4, 5) // free: 2, 3 and 6, 7
 	}
-	b.disable(b.addNode("g00", 140), 0, 1, 2, 3) // free: group 1, whole
+	b.disable(b.addNode("g00", 99), 0, 1, 2, 3) // free: group 1, whole
 	b.refreshCapacity()
 	node, idx, windows, scans := placeCounting(b, 4)
 	if node != "g00" || fmt.Sprint(idx) != "[4 5 6 7]" {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
@@ -213,11 +214,13 @@ func (s *Server) setSlotEnabled(enabled bool) handlerFunc {
 }
 
 var (
-	macRE      = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
-	storageOwn = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
-	fabricMode = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
-	fabrics    = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
-	sharing    = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
+	macRE = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	// partitionName is udev's by-id name of a partition: its disk's name plus -partN.
+	partitionName = regexp.MustCompile(`-part[0-9]+$`)
+	storageOwn    = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
+	fabricMode    = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
+	fabrics       = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
+	sharing       = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
 )
 
 // ValidateSlotMap checks a declarative slot map before anything is written: identities must
@@ -228,15 +231,26 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 	if len(specs) > 256 {
 		return errInvalid("a slot map holds at most 256 slots")
 	}
-	seen := map[string]map[string]int{"slot_index": {}, "pci_address": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}, "fabric_vf_pci_address": {}}
-	dup := func(field, v string, idx int) error {
-		if v == "" {
+	// Keyed as the database compares them (migration 017): a GPU and a fabric VF are both PCI
+	// functions passed through, so one namespace; a MAC without case or separators; an IP by
+	// its address.
+	type holder struct {
+		idx   int
+		field string
+	}
+	seen := map[string]map[string]holder{"slot_index": {}, "pci": {}, "nvme_device": {}, "mac_address": {}, "private_ip": {}}
+	dup := func(space, field, v, key string, idx int) error {
+		if key == "" {
 			return nil
 		}
-		if prev, ok := seen[field][v]; ok {
-			return errInvalid("slots %d and %d share %s %s", prev, idx, field, v)
+		if prev, ok := seen[space][key]; ok {
+			if prev.field != field {
+				return errInvalid("slots %d and %d share PCI function %s (slot %d's %s, slot %d's %s): a device identity belongs to one slot",
+					prev.idx, idx, v, prev.idx, prev.field, idx, field)
+			}
+			return errInvalid("slots %d and %d share %s %s: a device identity belongs to one slot", prev.idx, idx, field, v)
 		}
-		seen[field][v] = idx
+		seen[space][key] = holder{idx, field}
 		return nil
 	}
 	indexes := map[int]bool{}
@@ -251,7 +265,7 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if i < 0 || i > maxSlotIndex {
 			return errInvalid("slot_index %d out of range 0..%d", i, maxSlotIndex)
 		}
-		if err := dup("slot_index", strconv.Itoa(i), i); err != nil {
+		if err := dup("slot_index", "slot_index", strconv.Itoa(i), strconv.Itoa(i), i); err != nil {
 			return err
 		}
 		if task.CheckPCIAddress(sp.PCIAddress) != nil {
@@ -259,6 +273,9 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		}
 		if task.CheckByIDPath(sp.NVMeDevice) != nil {
 			return errInvalid("slot %d: nvme_device must be a stable /dev/disk/by-id/ path, never /dev/nvmeXnY (got %q)", i, sp.NVMeDevice)
+		}
+		if partitionName.MatchString(sp.NVMeDevice) {
+			return errInvalid("slot %d: nvme_device %q names a partition: a slot owns a whole disk (name the disk, not -partN)", i, sp.NVMeDevice)
 		}
 		if !macRE.MatchString(sp.MACAddress) {
 			return errInvalid("slot %d: mac_address %q must be lowercase aa:bb:cc:dd:ee:ff", i, sp.MACAddress)
@@ -306,9 +323,14 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		if vf != "" && task.CheckPCIAddress(vf) != nil {
 			return errInvalid("slot %d: capacity_metadata.fabric_vf_pci_address %q is not a PCI address", i, vf)
 		}
-		for field, v := range map[string]string{"pci_address": sp.PCIAddress, "nvme_device": sp.NVMeDevice,
-			"mac_address": sp.MACAddress, "private_ip": sp.PrivateIP, "fabric_vf_pci_address": vf} {
-			if err := dup(field, v, i); err != nil {
+		for _, id := range []struct{ space, field, v, key string }{
+			{"pci", "pci_address", sp.PCIAddress, strings.ToLower(sp.PCIAddress)},
+			{"pci", "fabric_vf_pci_address", vf, strings.ToLower(vf)},
+			{"nvme_device", "nvme_device", sp.NVMeDevice, sp.NVMeDevice},
+			{"mac_address", "mac_address", sp.MACAddress, store.MACKey(sp.MACAddress)},
+			{"private_ip", "private_ip", sp.PrivateIP, net.ParseIP(sp.PrivateIP).String()},
+		} {
+			if err := dup(id.space, id.field, id.v, id.key, i); err != nil {
 				return err
 			}
 		}

@@ -66,11 +66,51 @@ func (s *Server) getDiscovery(w http.ResponseWriter, r *http.Request, _ Principa
 	return nil
 }
 
-// deterministicMAC is 52:54:00:xx:yy:ss — xx:yy from the node id, ss the slot index — so a
-// node's slots keep their MACs across re-approval.
-func deterministicMAC(nodeID string, slot int) string {
-	h := sha256.Sum256([]byte(nodeID))
+// deterministicMAC is 52:54:00:xx:yy:ss — xx:yy from the node id (and, after the first try,
+// the try), ss the slot index — so a node's slots keep their MACs across re-approval.
+func deterministicMAC(nodeID string, slot, try int) string {
+	seed := nodeID
+	if try > 0 {
+		seed = fmt.Sprintf("%s/%d", nodeID, try)
+	}
+	h := sha256.Sum256([]byte(seed))
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], slot&0xff)
+}
+
+// macTries bounds the search for a free MAC: with 65,536 prefixes, each try of a fleet whose
+// every prefix but a few is taken still usually finds one.
+const macTries = 32
+
+// freeMACs gives each newly approved slot (indexes) a MAC that no other node's enabled slot
+// holds: a MAC is unique in the fleet, and two bytes of a node id's hash meet another node's
+// by chance in a fleet of a few hundred nodes. The first try is the deterministic MAC, so
+// re-approval keeps a slot's MAC; a try whose MAC is taken moves the slot to the next.
+func (s *Server) freeMACs(ctx context.Context, nodeID string, indexes []int) (map[int]string, error) {
+	out := map[int]string{}
+	pending := indexes
+	for try := 0; len(pending) > 0; try++ {
+		if try == macTries {
+			return nil, apiErr(apiv1.CodeConflict, fmt.Sprintf("no free MAC address for slots %v after %d tries: set mac_address with slots apply", pending, macTries), nil)
+		}
+		macs := make([]string, len(pending))
+		for i, idx := range pending {
+			macs[i] = deterministicMAC(nodeID, idx, try)
+		}
+		held, err := s.store.MACHolders(ctx, nodeID, macs)
+		if err != nil {
+			return nil, err
+		}
+		var next []int
+		for i, idx := range pending {
+			if _, taken := held[store.MACKey(macs[i])]; taken {
+				next = append(next, idx)
+			} else {
+				out[idx] = macs[i]
+			}
+		}
+		pending = next
+	}
+	return out, nil
 }
 
 // approveSlots promotes ready candidates of the latest discovery into the node's slot map.
@@ -123,13 +163,22 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principa
 		}
 		specs[c.SlotIndex] = apiv1.SlotSpec{SlotIndex: c.SlotIndex, GPUModel: c.GPUModel, PCIAddress: c.GPUPCI, NVMeDevice: c.NVMeDevice,
 			NetworkFabric: fabric, FabricPCIAddress: c.FabricParentPCI, NUMANode: c.NUMANode, VCPUCount: &vcpu, MemoryMiB: &mem,
-			MACAddress: deterministicMAC(id, c.SlotIndex), PrivateIP: fmt.Sprintf("10.100.0.%d", 10+c.SlotIndex),
+			PrivateIP: fmt.Sprintf("10.100.0.%d", 10+c.SlotIndex),
 			CapacityMetadata: map[string]any{"storage_ownership": "slice", "destructive_wipe_policy": "blkdiscard_zero_verify",
 				"fabric_claim_mode": "per_slot_vf", "fabric_vf_pci_address": c.FabricVFPCI, "discovery_task_id": d.TaskID}}
 		approved = append(approved, c.SlotIndex)
 	}
 	if len(want) > 0 {
 		return errInvalid("no such candidates: %v", keys(want))
+	}
+	macs, err := s.freeMACs(r.Context(), id, approved)
+	if err != nil {
+		return err
+	}
+	for idx, mac := range macs {
+		sp := specs[idx]
+		sp.MACAddress = mac
+		specs[idx] = sp
 	}
 	all := make([]apiv1.SlotSpec, 0, len(specs))
 	for _, sp := range specs {

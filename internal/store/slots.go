@@ -158,7 +158,8 @@ func normalize(v any) any {
 func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSpec, dryRun bool) (apiv1.SlotApplyResult, error) {
 	res := apiv1.SlotApplyResult{Changes: []apiv1.SlotChange{}}
 	// Lock the node row so two concurrent applies serialize, then the slots.
-	if _, err := t.tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE`, nodeID); err != nil {
+	var nodeName string
+	if err := t.tx.QueryRow(ctx, `SELECT name FROM nodes WHERE id = $1 FOR UPDATE`, nodeID).Scan(&nodeName); err != nil {
 		return res, translate(err)
 	}
 	existing, err := listSlots(ctx, t.tx, nodeID, true)
@@ -175,6 +176,7 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		return status == "available" || status == "disabled" || status == "cleanup_blocked" || status == "failed"
 	}
 	declared := map[int]bool{}
+	enabledMACs := map[int]string{} // the MACs the node's enabled slots will hold
 	var blocked []int
 	type write struct {
 		row    slotRow
@@ -185,6 +187,9 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		row := SpecRow(sp)
 		declared[row.SlotIndex] = true
 		cur, ok := byIndex[row.SlotIndex]
+		if !ok || cur.Status != "disabled" {
+			enabledMACs[row.SlotIndex] = row.MACAddress
+		}
 		if !ok {
 			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "create"})
 			writes = append(writes, write{row: row, create: true})
@@ -217,8 +222,23 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		sort.Ints(blocked)
 		return res, &DBError{Kind: ErrConflict, Detail: fmt.Sprintf("slots %v are in use (live claim or cleanup in progress); release them before changing the map", blocked)}
 	}
+	if err := t.checkMACs(ctx, nodeID, nodeName, enabledMACs); err != nil {
+		return res, err
+	}
 	if dryRun {
 		return res, nil
+	}
+	// The identity checks wait for the whole map (a map may swap identities between its
+	// slots), then run before this returns, so a conflict is this call's error.
+	macs := make([]string, 0, len(enabledMACs))
+	for _, m := range enabledMACs {
+		macs = append(macs, m)
+	}
+	if err := t.lockMACs(ctx, macs); err != nil {
+		return res, err
+	}
+	if _, err := t.tx.Exec(ctx, `SET CONSTRAINTS `+identityTriggers+` DEFERRED`); err != nil {
+		return res, translate(err)
 	}
 	// Creates and updates first without parents, then parent links (parents may be new).
 	for _, w := range writes {
@@ -268,6 +288,9 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 			return res, translate(err)
 		}
 	}
+	if _, err := t.tx.Exec(ctx, `SET CONSTRAINTS `+identityTriggers+` IMMEDIATE`); err != nil {
+		return res, translate(err)
+	}
 	if err := t.recountAvailable(ctx, nodeID); err != nil {
 		return res, err
 	}
@@ -287,7 +310,15 @@ func (t *Tx) recountAvailable(ctx context.Context, nodeID string) error {
 }
 
 // SetSlotEnabled disables an available (or cleanup-blocked/failed) slot, or re-enables a disabled one.
+//
+// Enabling re-checks the slot's device identities (migration 017): a GPU, NVMe, VF or IP that
+// another enabled slot of the node took meanwhile, or a MAC another slot of the fleet took, is a
+// conflict naming that slot. The node row is locked first, as ApplySlots and the identity
+// check lock it, so the two never wait on each other in opposite orders.
 func (t *Tx) SetSlotEnabled(ctx context.Context, nodeID string, index int, enabled bool, reason string) (apiv1.Slot, error) {
+	if _, err := t.tx.Exec(ctx, `SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE`, nodeID); err != nil {
+		return apiv1.Slot{}, translate(err)
+	}
 	var status string
 	err := t.tx.QueryRow(ctx, `SELECT status FROM node_resource_slots WHERE node_id = $1 AND slot_index = $2 FOR UPDATE`,
 		nodeID, index).Scan(&status)

@@ -33,9 +33,14 @@ func TestWindowAgreesWithFleetWideFilter(t *testing.T) {
 	}
 	sql := `INSERT INTO tenants (name) VALUES ('filter');` +
 		// b: slots 1 and 2 share a VF (both out); slot 3 is disabled and shares slot 4's VF (4 stays in).
+		// The database refuses two enabled slots with one VF (migration 017); the filter still
+		// keeps such slots out, for rows written before that, so the test writes them with the
+		// session's triggers off.
+		`SET session_replication_role = replica;` +
 		fmt.Sprintf(`UPDATE node_resource_slots SET capacity_metadata = jsonb_set(capacity_metadata, '{fabric_vf_pci_address}', to_jsonb(%s)) WHERE id = %s;`, vfOf("b-shared-vf", 1), slot("b-shared-vf", 2)) +
-		fmt.Sprintf(`UPDATE node_resource_slots SET capacity_metadata = jsonb_set(capacity_metadata, '{fabric_vf_pci_address}', to_jsonb(%s)) WHERE id = %s;`, vfOf("b-shared-vf", 4), slot("b-shared-vf", 3)) +
+		`SET session_replication_role = origin;` +
 		fmt.Sprintf(`UPDATE node_resource_slots SET status = 'disabled' WHERE id = %s;`, slot("b-shared-vf", 3)) +
+		fmt.Sprintf(`UPDATE node_resource_slots SET capacity_metadata = jsonb_set(capacity_metadata, '{fabric_vf_pci_address}', to_jsonb(%s)) WHERE id = %s;`, vfOf("b-shared-vf", 4), slot("b-shared-vf", 3)) +
 		// f: one slot each without storage ownership, wipe policy, per-slot VF mode, VF, with another SKU, and disabled.
 		meta("f-slot-policies", 0, "storage_ownership", "host_share") + meta("f-slot-policies", 1, "destructive_wipe_policy", "") +
 		meta("f-slot-policies", 2, "fabric_claim_mode", "shared_host") + meta("f-slot-policies", 3, "fabric_vf_pci_address", "") +

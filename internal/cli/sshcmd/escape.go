@@ -23,6 +23,12 @@ const escapeHelpText = "\r\nSupported escape sequences:\r\n ~.  - disconnect\r\n
 // filter returns the bytes of in to send to the remote side and what an escape sequence in
 // it asked for. Bytes after a disconnect are dropped.
 func (e *escaper) filter(in []byte) ([]byte, escapeAction) {
+	// A read that starts with ESC is a key sequence or the local terminal's answer to a query
+	// the remote side sent (busybox and readline ask for the cursor position at each prompt):
+	// not typing, so it leaves the line state alone and "~." after Enter still escapes.
+	if !e.pending && len(in) > 0 && in[0] == 0x1b {
+		return in, escapeNone
+	}
 	out := make([]byte, 0, len(in)+1)
 	action := escapeNone
 	for _, b := range in {

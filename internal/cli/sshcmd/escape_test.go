@@ -19,6 +19,8 @@ func TestEscapeSequences(t *testing.T) {
 		{[]string{"~x"}, "~x", escapeNone},
 		{[]string{"\n~?"}, "\n", escapeHelp},
 		{[]string{"\r~.rest"}, "\r", escapeDisconnect},
+		// The terminal's answer to the remote prompt's cursor query lands after Enter.
+		{[]string{"ls\r", "\x1b[45;1R", "~."}, "ls\r\x1b[45;1R", escapeDisconnect},
 	} {
 		var e escaper
 		sent, action := "", escapeNone

@@ -1,0 +1,4 @@
+package api
+
+// DeterministicMAC lets tests take the MAC approval would give a slot first.
+var DeterministicMAC = deterministicMAC
