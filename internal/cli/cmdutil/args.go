@@ -70,6 +70,7 @@ func AddOutputFlag(cmd *cobra.Command, p *output.Format) {
 	if *p == "" {
 		*p = output.Table
 	}
-	cmd.Flags().VarP(p, "output", "o", "output format: table, json or yaml")
+	cmd.Flags().VarP(p, "output", "o", "output format: table, json, yaml or name (one name or id per line)")
+	cmd.Flags().Var(output.JQFlag{P: p}, "jq", "filter the JSON output with a jq expression (strings print bare), e.g. --jq '.items[].id'")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(output.Formats, cobra.ShellCompDirectiveNoFileComp))
 }

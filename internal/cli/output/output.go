@@ -23,18 +23,23 @@ const (
 	Table Format = "table"
 	JSON  Format = "json"
 	YAML  Format = "yaml"
+	Name  Format = "name" // one name (or id) per line, for scripts
 )
 
 // Formats lists the accepted -o values.
-var Formats = []string{string(Table), string(JSON), string(YAML)}
+var Formats = []string{string(Table), string(JSON), string(YAML), string(Name)}
 
-func (f *Format) String() string { return string(*f) }
+func (f *Format) String() string { return string(f.Kind()) }
 
-// Set validates and stores a -o value.
+// Set validates and stores a -o value (keeping a --jq expression given before it).
 func (f *Format) Set(s string) error {
 	switch Format(s) {
-	case Table, JSON, YAML:
+	case Table, JSON, YAML, Name:
+		q := f.jq()
 		*f = Format(s)
+		if q != "" {
+			*f += Format(jqSep + q)
+		}
 		return nil
 	}
 	return fmt.Errorf("must be one of %s", strings.Join(Formats, ", "))
@@ -45,7 +50,15 @@ func (f *Format) Type() string { return "format" }
 
 // Print writes v as JSON or YAML, or calls table for the table format.
 func Print(w io.Writer, format Format, v any, table func(t *TableWriter)) error {
+	if q := format.jq(); q != "" {
+		if k := format.Kind(); k != Table && k != JSON {
+			return fmt.Errorf("--jq filters JSON output: drop -o %s", k)
+		}
+		return printJQ(w, q, v)
+	}
 	switch format {
+	case Name:
+		return printNames(w, v)
 	case JSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
