@@ -39,13 +39,13 @@ func TestCtlListsAndRevokes(t *testing.T) {
 			t.Fatalf("tokens list shows a secret: %s", out)
 		}
 	}
-	if code, out, errOut := w.ctl("tokens", "revoke", who.TokenID); code != 0 || !strings.Contains(out, "revoked") {
+	if code, out, errOut := w.ctl("tokens", "revoke", who.TokenID, "--yes"); code != 0 || !strings.Contains(out, "revoked") {
 		t.Fatalf("tokens revoke = %d %q %q", code, out, errOut)
 	}
 	if code, _ := w.do("GET", "/api/v1/whoami", w.tenB, nil); code != 401 {
 		t.Fatalf("revoked through the CLI, whoami = %d", code)
 	}
-	if code, _, _ := w.ctl("tokens", "revoke", who.TokenID); code != cmdutil.ExitConflict {
+	if code, _, _ := w.ctl("tokens", "revoke", who.TokenID, "--yes"); code != cmdutil.ExitConflict {
 		t.Fatalf("revoking twice exits %d, want %d", code, cmdutil.ExitConflict)
 	}
 

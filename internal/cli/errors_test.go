@@ -52,7 +52,7 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 		{[]string{"nodes", "list"}, cmdutil.ExitAuth, []string{"admin role required", "hint: this needs an admin token"}},
 		{[]string{"whoami"}, cmdutil.ExitAuth, []string{"invalid or expired token", "hint: check --token", "came from GPUAAS_TOKEN"}},
 		{[]string{"tenants", "create", "acme"}, cmdutil.ExitConflict, []string{"tenant acme exists (conflict)"}},
-		{[]string{"alloc", "release", "a1"}, cmdutil.ExitConflict, []string{"idempotency_key_reused", "use a new key"}},
+		{[]string{"alloc", "release", "a1", "--yes"}, cmdutil.ExitConflict, []string{"idempotency_key_reused", "use a new key"}},
 		{[]string{"tokens", "create", "--name", "x", "--role", "admin"}, cmdutil.ExitUsage, []string{"invalid_request"}},
 		{[]string{"skus", "list"}, cmdutil.ExitUnavailable, []string{"database unavailable", "retry"}},
 		{[]string{"capacity"}, cmdutil.ExitError, []string{"internal error"}},

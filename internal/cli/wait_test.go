@@ -56,7 +56,7 @@ func TestAllocCreateAndReleaseWait(t *testing.T) {
 		"POST /api/v1/allocations/" + a.ID + "/release": reply(200, rel),
 		"GET /api/v1/allocations/" + a.ID:               reply(200, failed),
 	})
-	r = run(t, fa.env(t), "alloc", "release", a.ID, "--wait")
+	r = run(t, fa.env(t), "alloc", "release", a.ID, "--wait", "--yes")
 	if r.Code != 1 || !strings.Contains(r.ErrOut, "error: allocation "+a.ID+" failed: wipe_verify: device busy") {
 		t.Fatalf("failed release: %d %q", r.Code, r.ErrOut)
 	}

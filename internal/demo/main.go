@@ -342,7 +342,7 @@ func run() error {
 	}
 
 	d.say("Release the allocation: slice.vm_release tears down and returns wipe proofs")
-	if _, err := d.ctl("alloc", "release", a.ID, "--wait"); err != nil {
+	if _, err := d.ctl("alloc", "release", a.ID, "--wait", "--yes"); err != nil {
 		return err
 	}
 	if err := waitFor(120*time.Second, func() (bool, error) {

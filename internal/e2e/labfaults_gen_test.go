@@ -158,7 +158,7 @@ func labFaultsScript(prov, rel []string) string {
 		}
 		w("invariants")
 		for _, k := range round {
-			w("exec gpuaasctl alloc release $A%d", k)
+			w("exec gpuaasctl alloc release $A%d --yes", k)
 			for n, p := range as[k].rel {
 				w("waitparked $A%d %s", k, trapPoint(string(task.TypeVMRelease), n+1, p))
 				kill()

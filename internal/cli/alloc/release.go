@@ -18,6 +18,7 @@ type ReleaseOptions struct {
 	Client func() (*client.Client, error)
 
 	ID      string
+	Yes     bool
 	Wait    bool
 	Timeout time.Duration
 	Output  output.Format
@@ -27,17 +28,21 @@ type ReleaseOptions struct {
 func NewCmdRelease(f *cmdutil.Factory, runF func(*ReleaseOptions) error) *cobra.Command {
 	opts := &ReleaseOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "release ID",
+		Use:   "release ID [--yes]",
 		Short: "Release an allocation (its VM is torn down and its disks wiped)",
 		Args:  cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
+			if err := cmdutil.Confirm(opts.IO, opts.Yes, "Releasing "+opts.ID+" destroys its VM and wipes its disks"); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(opts)
 			}
 			return releaseRun(cmd.Context(), opts)
 		},
 	}
+	cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask: the VM and its disks' data are gone for good")
 	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until released, showing the host's phases as they complete")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)

@@ -32,8 +32,9 @@ func FlagErrorf(format string, args ...any) error {
 	return &FlagError{Err: fmt.Errorf(format, args...)}
 }
 
-// InputError is a problem with the content of an input file (-f): exit 2 like a usage
-// mistake, but the usage text is not printed (the command line was right; the file was not).
+// InputError is exit 2 like a usage mistake, without the usage text: the content of an input
+// file (-f) is wrong, or a destructive command off a terminal lacks --yes (the command line's
+// shape was right; printing every flag would bury the one line that matters).
 type InputError struct{ Err error }
 
 func (e *InputError) Error() string { return e.Err.Error() }

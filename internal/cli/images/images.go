@@ -4,6 +4,7 @@ package images
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -145,20 +146,34 @@ func NewCmdRetire(f *cmdutil.Factory, runF func(*RefOptions) error) *cobra.Comma
 
 // NewCmdDelete is `images delete ID|SLUG`.
 func NewCmdDelete(f *cmdutil.Factory, runF func(*RefOptions) error) *cobra.Command {
-	return newCmdRef(f, runF, "delete ID|SLUG", "Delete an image that no allocation ever referenced (otherwise retire it)",
+	return newCmdRefConfirm(f, runF, "delete ID|SLUG [--yes]", "Delete an image that no allocation ever referenced (otherwise retire it)",
+		"Deleting image %s removes it from the catalog for good",
 		(*client.Client).DeleteImage)
 }
 
 // newCmdRef builds a command that calls one client method on one image and prints it.
 func newCmdRef(f *cmdutil.Factory, runF func(*RefOptions) error, use, short string,
 	call func(*client.Client, context.Context, string) (*apiv1.OSImage, error)) *cobra.Command {
+	return newCmdRefConfirm(f, runF, use, short, "", call)
+}
+
+// newCmdRefConfirm is newCmdRef for a destructive call: confirm (non-empty) says what it
+// destroys, and the command asks on a terminal or needs --yes.
+func newCmdRefConfirm(f *cmdutil.Factory, runF func(*RefOptions) error, use, short, confirm string,
+	call func(*client.Client, context.Context, string) (*apiv1.OSImage, error)) *cobra.Command {
 	opts := &RefOptions{IO: f.IO, Client: f.Client}
+	yes := false
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Args:  cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Image = args[0]
+			if confirm != "" {
+				if err := cmdutil.Confirm(opts.IO, yes, fmt.Sprintf(confirm, opts.Image)); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -172,6 +187,9 @@ func newCmdRef(f *cmdutil.Factory, runF func(*RefOptions) error, use, short stri
 			}
 			return printImages(opts.IO.Out, opts.Output, im, []apiv1.OSImage{*im})
 		},
+	}
+	if confirm != "" {
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask")
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd

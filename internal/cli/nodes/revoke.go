@@ -24,7 +24,7 @@ type RevokeOptions struct {
 func NewCmdRevoke(f *cmdutil.Factory, runF func(*RevokeOptions) error) *cobra.Command {
 	opts := &RevokeOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "revoke NODE --yes",
+		Use:   "revoke NODE [--yes]",
 		Short: "Revoke a host's certificates and unused bootstrap tokens (a stolen or retired host)",
 		Long: `Revoke every certificate and unused bootstrap token of a node: its gpuaas-hostd is refused
 at once by the controller that handles the request (other replicas follow through PostgreSQL
@@ -34,8 +34,8 @@ work away. The revocation is audited.`,
 		Args: cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Node = args[0]
-			if !opts.Yes {
-				return cmdutil.FlagErrorf("revoking cuts the host off until it is enrolled again: confirm with --yes")
+			if err := cmdutil.Confirm(opts.IO, opts.Yes, "Revoking "+opts.Node+" cuts its host off until it is enrolled again"); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)

@@ -7,12 +7,12 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 )
 
-// Revoking cuts a host off: without --yes it is a usage error and nothing runs.
+// Revoking cuts a host off: off a terminal without --yes it is refused (exit 2) and nothing runs.
 func TestRevokeNeedsYes(t *testing.T) {
 	t.Parallel()
 	ran := false
 	var fe *cmdutil.FlagError
-	if err := execute(NewCmdRevoke(&cmdutil.Factory{}, func(*RevokeOptions) error { ran = true; return nil }), "n1"); !errors.As(err, &fe) || ran {
+	if err := execute(NewCmdRevoke(&cmdutil.Factory{}, func(*RevokeOptions) error { ran = true; return nil }), "n1"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || ran {
 		t.Fatalf("without --yes: %v (ran %v)", err, ran)
 	}
 	var got *RevokeOptions

@@ -62,6 +62,7 @@ type RevokeOptions struct {
 	Client func() (*client.Client, error)
 
 	ID     string
+	Yes    bool
 	Output output.Format
 }
 
@@ -69,7 +70,7 @@ type RevokeOptions struct {
 func NewCmdRevoke(f *cmdutil.Factory, runF func(*RevokeOptions) error) *cobra.Command {
 	opts := &RevokeOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "revoke ID",
+		Use:   "revoke ID [--yes]",
 		Short: "Revoke an API token (immediately refused; audited)",
 		Long: `Revoke an API token by id (see 'tokens list'). The controller that handles the request
 refuses the token at once; other replicas drop it through PostgreSQL NOTIFY, or at the
@@ -77,6 +78,9 @@ latest when their 5-second cache entry expires.`,
 		Args: cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
+			if err := cmdutil.Confirm(opts.IO, opts.Yes, "Revoking token "+opts.ID+" refuses it everywhere at once"); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -95,6 +99,7 @@ latest when their 5-second cache entry expires.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
 }
