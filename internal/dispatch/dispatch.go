@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
@@ -400,7 +401,8 @@ func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*sto
 		return nil, fmt.Errorf("image snapshot: %w", err)
 	}
 	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
-		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys}}, nil
+		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys,
+			HousekeepingCPUs: cpuset.Format(rec.HousekeepingCPUs)}}, nil
 }
 
 // bundlesFromSnapshots turns claim snapshots (the slot as it was reserved) into task bundles.
@@ -421,12 +423,14 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 			Wipe      string `json:"destructive_wipe_policy"`
 			VCPU      *int   `json:"vcpu_count"`
 			MemoryMiB *int   `json:"memory_mib"`
+			HostCPUs  []int  `json:"host_cpus"`
 		}
 		if err := json.Unmarshal(s, &raw); err != nil {
 			return nil, err
 		}
 		b = task.Bundle{SlotID: raw.SlotID, SlotIndex: raw.SlotIndex, GPUPCI: raw.PCI, FabricParentPCI: raw.FabricPCI,
-			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe}
+			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe,
+			HostCPUs: cpuset.Format(raw.HostCPUs)}
 		if raw.VCPU != nil {
 			b.VCPUCount = *raw.VCPU
 		}
