@@ -196,19 +196,19 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 		declared[row.SlotIndex] = true
 		cur, ok := byIndex[row.SlotIndex]
 		if !ok {
-			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "create"})
+			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "create", HostCPUs: row.HostCPUs})
 			writes = append(writes, write{row: row, create: true})
 			continue
 		}
 		fields := diffFields(existingRow(cur, indexByID), row)
 		if len(fields) == 0 {
-			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "unchanged"})
+			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "unchanged", HostCPUs: row.HostCPUs})
 			continue
 		}
 		if !mutable(cur.Status) {
 			blocked = append(blocked, row.SlotIndex)
 		}
-		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "update", Fields: fields})
+		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "update", Fields: fields, HostCPUs: row.HostCPUs})
 		writes = append(writes, write{row: row})
 	}
 	var disables []int
