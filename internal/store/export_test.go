@@ -11,3 +11,6 @@ const RefreshCapacitySQL = refreshCapacitySQL
 func FirstWindowArgs(sku string, gpus, limit, group int) []any {
 	return WindowRequest{Query: PlacementQuery{SKU: sku}, GPUs: gpus, Limit: limit, Group: group}.sqlArgs()
 }
+
+// Translate is the store's translation of database errors, for tests that write with SQL.
+var Translate = translate

@@ -10,6 +10,12 @@
 ALTER TABLE node_resource_slots ADD COLUMN host_cpus integer[] NOT NULL DEFAULT '{}'
     CONSTRAINT node_resource_slots_host_cpus_valid
     CHECK (array_position(host_cpus, NULL) IS NULL AND 0 <= ALL (host_cpus) AND 8191 >= ALL (host_cpus));
+-- The CPU set makes a slot row about 120 bytes longer (24 CPUs: 580 bytes instead of 460). At
+-- a fillfactor of 50 a page then starts with seven rows, and a reservation's and a release's
+-- new versions of four of them no longer fit beside the old ones before those are pruned: a
+-- status change stops being a HOT update (migration 012). 40 keeps five rows to a fresh page
+-- and room for both.
+ALTER TABLE node_resource_slots SET (fillfactor = 40);
 ALTER TABLE nodes ADD COLUMN housekeeping_cpus integer[]
     CONSTRAINT nodes_housekeeping_cpus_valid
     CHECK (array_position(housekeeping_cpus, NULL) IS NULL AND 0 <= ALL (housekeeping_cpus) AND 8191 >= ALL (housekeeping_cpus));
@@ -108,3 +114,4 @@ DROP TRIGGER IF EXISTS node_resource_slots_host_cpus_insert ON node_resource_slo
 DROP FUNCTION IF EXISTS slot_host_cpus_check();
 ALTER TABLE nodes DROP COLUMN IF EXISTS housekeeping_cpus;
 ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS host_cpus;
+ALTER TABLE node_resource_slots SET (fillfactor = 50);
