@@ -236,19 +236,17 @@ type DispatchInfo struct {
 	ImageSnapshot                     json.RawMessage
 	SSHPublicKeys                     []string
 	Snapshots                         []json.RawMessage // live slot claims' device snapshots, by slot index
-	HousekeepingCPUs                  []int             // the node's housekeeping set (nil: never decided)
 }
 
 // DispatchInfos reads the allocations' plans in one query (an outbox batch at a time).
 func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]DispatchInfo, error) {
 	rows, err := queryAll(ctx, t.tx, func(r pgx.Row, d *DispatchInfo) error {
-		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.Status, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots, &d.HousekeepingCPUs)
+		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.Status, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
 	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.status, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
 			coalesce((SELECT array_agg(c.resource_snapshot ORDER BY (c.resource_snapshot->>'slot_index')::int)
 			          FROM allocation_resource_claims c
 			          WHERE c.allocation_id = a.id AND c.claim_kind = 'slot'
-			            AND c.status <> 'released'), '{}'), -- claims given up by a re-placement are not the plan
-			(SELECT n.housekeeping_cpus FROM nodes n WHERE n.id = a.node_id)
+			            AND c.status <> 'released'), '{}') -- claims given up by a re-placement are not the plan
 		FROM allocations a WHERE a.id = ANY($1::uuid[])
 		FOR SHARE OF a -- a concurrent cancel waits for the task to exist, or this sees it cancelled`, uuidsArg(ids))
 	if err != nil {
