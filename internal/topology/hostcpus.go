@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/gpuaas/gpuaas/internal/cpuset"
@@ -80,11 +81,13 @@ func DefaultHousekeeping(numa []NUMANode) ([]int, error) {
 }
 
 // AssignHostCPUs gives every slot with no CPU set one on its NUMA node and returns the sets
-// it made, by slot index. The CPUs of a node that neither the housekeeping set nor a slot
-// that keeps its set touches are divided among the node's slots to fill in whole cores: a
-// core any of whose siblings is housekeeping or already owned is never handed out (siblings
-// are never split between slots, nor between a slot and the host). Each slot to fill gets the
-// same number of cores, consecutive, in slot-index order; cores left over stay with the host.
+// it made, by slot index. A node's cores outside the housekeeping set are its slots' to share:
+// each slot to fill gets that share divided by the node's slots (kept and filled alike), or
+// fewer when fewer free cores remain, in whole cores, consecutive, in slot-index order, taken
+// from the cores that neither housekeeping nor a kept set touches. A core any of whose
+// siblings is housekeeping or already owned is never handed out (siblings are never split
+// between slots, nor between a slot and the host); cores left over stay with the host. So a
+// slot refilled beside kept ones gets the size it had, not the node's spare cores.
 // Slots on a node the report does not know, or with no NUMA node, are an error naming the
 // slot, as is a node with fewer free cores than slots to fill.
 func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs) (map[int][]int, error) {
@@ -97,9 +100,13 @@ func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs) (map[
 		taken[c] = true
 	}
 	fill := map[int][]int{} // NUMA node -> slot indexes to fill
+	onNode := map[int]int{} // NUMA node -> its slots, filled or kept
 	for _, s := range slots {
 		for _, c := range s.HostCPUs {
 			taken[c] = true
+		}
+		if s.NUMANode != nil {
+			onNode[*s.NUMANode]++
 		}
 		if len(s.HostCPUs) > 0 {
 			continue
@@ -126,19 +133,21 @@ func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs) (map[
 			return nil, err
 		}
 		var free []core
+		share := 0 // cores with no housekeeping CPU: what the node's slots share
 		for _, c := range cores {
-			ok := true
+			ok, hk := true, false
 			for _, x := range c {
-				if taken[x] {
-					ok = false
-					break
-				}
+				ok = ok && !taken[x]
+				hk = hk || slices.Contains(housekeeping, x)
 			}
 			if ok {
 				free = append(free, c)
 			}
+			if !hk {
+				share++
+			}
 		}
-		per := len(free) / len(idx)
+		per := min(share/onNode[n], len(free)/len(idx))
 		if per == 0 {
 			return nil, fmt.Errorf("NUMA node %d has %d free cores (after housekeeping and other slots' CPUs) for %d slots %v: give the slots host_cpus or shrink the housekeeping set",
 				n, len(free), len(idx), idx)
