@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -147,7 +148,7 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principa
 			return err
 		}
 		for i := range all {
-			if all[i].VCPUCount == nil { // an approved candidate: the default, within its CPU set
+			if all[i].VCPUCount == nil && slices.Contains(approved, all[i].SlotIndex) { // the default, within the CPU set
 				vcpu := approvedVCPUs
 				if n := cpusIn(all[i].HostCPUs); n > 0 && n < vcpu {
 					vcpu = n
