@@ -2,6 +2,8 @@ package slots
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -114,10 +116,7 @@ func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
 			return out, cmdutil.FlagErrorf("%s: unknown top-level key(s) %s: want a list of slots or {slots: [...], housekeeping_cpus: LIST}", path, strings.Join(other, ", "))
 		}
 		if v, ok := m["housekeeping_cpus"]; ok {
-			hk, isStr := v.(string)
-			if v == nil {
-				hk, isStr = "", true
-			}
+			hk, isStr := cpuListText(v)
 			if _, err := cpuset.Parse(hk); !isStr || err != nil {
 				return out, cmdutil.FlagErrorf("%s: housekeeping_cpus must be a CPU list such as \"0,96\" (\"\" keeps none back)", path)
 			}
@@ -125,8 +124,16 @@ func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
 		}
 		doc = m["slots"]
 	}
-	if _, ok := doc.([]any); !ok {
+	items, ok := doc.([]any)
+	if !ok {
 		return out, cmdutil.FlagErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
+	}
+	for _, it := range items { // host_cpus: 5 (one CPU, unquoted) is the list "5"
+		if sl, ok := it.(map[string]any); ok {
+			if text, ok := cpuListText(sl["host_cpus"]); ok && sl["host_cpus"] != nil {
+				sl["host_cpus"] = text
+			}
+		}
 	}
 	var specs []apiv1.SlotSpec
 	if err := cmdutil.DecodeStrict(doc, &specs, path); err != nil {
@@ -147,4 +154,17 @@ func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
 	}
 	out.Slots = specs
 	return out, nil
+}
+
+// cpuListText is a CPU list as YAML may write it: a string, or a bare number for one CPU.
+func cpuListText(v any) (string, bool) {
+	switch n := v.(type) {
+	case nil:
+		return "", true
+	case string:
+		return n, true
+	case int, int64, uint64, float64, json.Number:
+		return fmt.Sprint(n), true
+	}
+	return "", false
 }
