@@ -165,13 +165,25 @@ func (s *Server) applySlots(w http.ResponseWriter, r *http.Request, p Principal)
 	if err != nil {
 		return err
 	}
+	rep, err := s.discoveryReport(r.Context(), id)
+	if err != nil {
+		return err
+	}
 	var out apiv1.SlotApplyResult
 	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		var err error
-		if out, err = tx.ApplySlots(r.Context(), id, req.Slots, req.DryRun); err != nil || req.DryRun {
+		specs := append([]apiv1.SlotSpec(nil), req.Slots...) // filled afresh on a retried transaction
+		plan, err := planHostCPUs(r.Context(), tx, id, specs, req.HousekeepingCPUs, rep)
+		if err != nil {
 			return err
 		}
-		return tx.Audit(r.Context(), audit(r, p, "node.slots.apply", "node", id, map[string]any{"changes": out.Changes}))
+		if out, err = tx.ApplySlots(r.Context(), id, specs, req.DryRun); err != nil {
+			return err
+		}
+		if err := storePlan(r.Context(), tx, id, plan, req.DryRun, &out); err != nil || req.DryRun {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.slots.apply", "node", id, map[string]any{"changes": out.Changes,
+			"housekeeping_cpus": out.HousekeepingCPUs}))
 	})
 	if err != nil {
 		return err

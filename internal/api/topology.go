@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
@@ -156,13 +158,13 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principa
 			return apiErr(apiv1.CodeConflict, fmt.Sprintf("candidate %d is blocked: %v", c.SlotIndex, c.BlockingReasons), nil)
 		}
 		delete(want, c.SlotIndex)
-		vcpu, mem := 24, 65536
+		mem := 65536
 		fabric := c.Fabric
 		if fabric == "unknown" || fabric == "" {
 			fabric = "none"
 		}
 		specs[c.SlotIndex] = apiv1.SlotSpec{SlotIndex: c.SlotIndex, GPUModel: c.GPUModel, PCIAddress: c.GPUPCI, NVMeDevice: c.NVMeDevice,
-			NetworkFabric: fabric, FabricPCIAddress: c.FabricParentPCI, NUMANode: c.NUMANode, VCPUCount: &vcpu, MemoryMiB: &mem,
+			NetworkFabric: fabric, FabricPCIAddress: c.FabricParentPCI, NUMANode: c.NUMANode, MemoryMiB: &mem,
 			PrivateIP: fmt.Sprintf("10.100.0.%d", 10+c.SlotIndex),
 			CapacityMetadata: map[string]any{"storage_ownership": "slice", "destructive_wipe_policy": "blkdiscard_zero_verify",
 				"fabric_claim_mode": "per_slot_vf", "fabric_vf_pci_address": c.FabricVFPCI, "discovery_task_id": d.TaskID}}
@@ -190,17 +192,43 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principa
 	}
 	var out apiv1.SlotApplyResult
 	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
-		var err error
-		if out, err = tx.ApplySlots(r.Context(), id, all, req.DryRun); err != nil || req.DryRun {
+		plan, err := planHostCPUs(r.Context(), tx, id, all, req.HousekeepingCPUs, rep)
+		if err != nil {
 			return err
 		}
-		return tx.Audit(r.Context(), audit(r, p, "node.slots.approve", "node", id, map[string]any{"slot_indexes": approved, "discovery_task_id": d.TaskID}))
+		for i := range all {
+			if all[i].VCPUCount == nil && slices.Contains(approved, all[i].SlotIndex) { // the default, within the CPU set
+				vcpu := approvedVCPUs
+				if n := cpusIn(all[i].HostCPUs); n > 0 && n < vcpu {
+					vcpu = n
+				}
+				all[i].VCPUCount = &vcpu
+			}
+		}
+		if out, err = tx.ApplySlots(r.Context(), id, all, req.DryRun); err != nil {
+			return err
+		}
+		if err := storePlan(r.Context(), tx, id, plan, req.DryRun, &out); err != nil || req.DryRun {
+			return err
+		}
+		return tx.Audit(r.Context(), audit(r, p, "node.slots.approve", "node", id, map[string]any{"slot_indexes": approved,
+			"discovery_task_id": d.TaskID, "housekeeping_cpus": out.HousekeepingCPUs}))
 	})
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// approvedVCPUs is an approved candidate's vcpu_count (seed 001's one-GPU slice), lowered to
+// the size of its host CPU set when that is smaller: a slot never asks for more vCPUs than it
+// owns CPUs.
+const approvedVCPUs = 24
+
+func cpusIn(list string) int {
+	c, _ := cpuset.Parse(list)
+	return len(c)
 }
 
 func keys(m map[int]bool) []int {
@@ -220,7 +248,7 @@ func slotSpecOf(sl apiv1.Slot) apiv1.SlotSpec {
 	return apiv1.SlotSpec{SlotIndex: sl.SlotIndex, GPUModel: sl.GPUModel, PCIAddress: sl.PCIAddress, GPUUUID: sl.GPUUUID,
 		GPUMemoryMiB: sl.GPUMemoryMiB, NVMeDevice: sl.NVMeDevice, NetworkFabric: sl.NetworkFabric, NetworkDevice: sl.NetworkDevice,
 		FabricPCIAddress: sl.FabricPCIAddress, FabricDeviceID: sl.FabricDeviceID, NUMANode: sl.NUMANode, VCPUCount: sl.VCPUCount,
-		MemoryMiB: sl.MemoryMiB, MACAddress: sl.MACAddress, PrivateIP: sl.PrivateIP, CapacityMetadata: md,
+		MemoryMiB: sl.MemoryMiB, HostCPUs: sl.HostCPUs, MACAddress: sl.MACAddress, PrivateIP: sl.PrivateIP, CapacityMetadata: md,
 		SharingModel: sl.SharingModel, ProfileName: sl.ProfileName, ComputeMilli: &cm, MaxClaims: &mc}
 }
 

@@ -224,6 +224,10 @@ type SlotSpec struct {
 type SlotApply struct {
 	Slots  []SlotSpec `json:"slots"`
 	DryRun bool       `json:"dry_run"`
+	// HousekeepingCPUs, when set, replaces the node's housekeeping set (cpulist; "" keeps no
+	// CPU back). Unset keeps the node's set, or, when slots without host_cpus are filled from
+	// discovery and the node has none yet, takes the default (the first core of each NUMA node).
+	HousekeepingCPUs *string `json:"housekeeping_cpus,omitempty"`
 }
 
 // SlotChange is one line of a slot-map diff.
@@ -231,12 +235,16 @@ type SlotChange struct {
 	SlotIndex int      `json:"slot_index"`
 	Action    string   `json:"action"` // create | update | disable | unchanged
 	Fields    []string `json:"fields,omitempty"`
+	// HostCPUs is the slot's host CPU set with the map applied (cpulist; "" none, or disabled).
+	HostCPUs string `json:"host_cpus,omitempty"`
 }
 
 // SlotApplyResult reports the diff and whether it was applied.
 type SlotApplyResult struct {
 	Applied bool         `json:"applied"`
 	Changes []SlotChange `json:"changes"`
+	// HousekeepingCPUs is the node's housekeeping set with the map applied (cpulist).
+	HousekeepingCPUs string `json:"housekeeping_cpus"`
 }
 
 // OSImage is an os_images catalog row.
@@ -613,6 +621,8 @@ type SlotApprove struct {
 	SlotIndexes []int `json:"slot_indexes,omitempty"`
 	AllReady    bool  `json:"all_ready"`
 	DryRun      bool  `json:"dry_run"`
+	// HousekeepingCPUs is SlotApply's: unset keeps the node's set, or takes the default.
+	HousekeepingCPUs *string `json:"housekeeping_cpus,omitempty"`
 }
 
 // StorageTransitionRequest asks a node's host to hand raw devices to slice ownership.

@@ -267,8 +267,9 @@ Drift:             2 findings (checked 2026-03-01 09:59:00Z)
 
 func TestSlotsApplyDryRun(t *testing.T) {
 	t.Parallel()
-	res := apiv1.SlotApplyResult{Applied: false, Changes: []apiv1.SlotChange{
-		{SlotIndex: 0, Action: "create"}, {SlotIndex: 1, Action: "update", Fields: []string{"mac_address", "private_ip"}}, {SlotIndex: 2, Action: "disable"},
+	res := apiv1.SlotApplyResult{Applied: false, HousekeepingCPUs: "0,96", Changes: []apiv1.SlotChange{
+		{SlotIndex: 0, Action: "create", HostCPUs: "1-11,97-107"}, {SlotIndex: 1, Action: "update", Fields: []string{"host_cpus", "mac_address"}, HostCPUs: "12-22,108-118"},
+		{SlotIndex: 2, Action: "disable"},
 	}}
 	fa := newFakeAPI(t, map[string]http.HandlerFunc{
 		"PUT /api/v1/admin/nodes/h200-01/slots": func(w http.ResponseWriter, r *http.Request) {
@@ -280,7 +281,8 @@ func TestSlotsApplyDryRun(t *testing.T) {
 		},
 	})
 	mapFile := filepath.Join(t.TempDir(), "slots.yaml")
-	if err := os.WriteFile(mapFile, []byte(`slots:
+	if err := os.WriteFile(mapFile, []byte(`housekeeping_cpus: "0,96"
+slots:
   - slot_index: 0
     pci_address: "0000:1b:00.0"
     nvme_device: /dev/disk/by-id/nvme-a
@@ -291,6 +293,7 @@ func TestSlotsApplyDryRun(t *testing.T) {
     pci_address: "0000:2b:00.0"
     nvme_device: /dev/disk/by-id/nvme-b
     numa_node: 0
+    host_cpus: 12-22,108-118
     mac_address: "52:54:00:00:00:02"
     private_ip: 10.0.0.12
 `), 0o644); err != nil {
@@ -305,14 +308,16 @@ func TestSlotsApplyDryRun(t *testing.T) {
 	if err := json.Unmarshal(fa.last(t).Body, &sent); err != nil {
 		t.Fatal(err)
 	}
-	if !sent.DryRun || len(sent.Slots) != 2 || sent.Slots[1].MACAddress != "52:54:00:00:00:02" || sent.Slots[0].NUMANode == nil {
+	if !sent.DryRun || len(sent.Slots) != 2 || sent.Slots[1].MACAddress != "52:54:00:00:00:02" || sent.Slots[0].NUMANode == nil ||
+		sent.Slots[1].HostCPUs != "12-22,108-118" || sent.Slots[0].HostCPUs != "" || sent.HousekeepingCPUs == nil || *sent.HousekeepingCPUs != "0,96" {
 		t.Fatalf("sent %+v", sent)
 	}
-	want := "SLOT  ACTION   FIELDS\n" +
-		"0     create   -\n" +
-		"1     update   mac_address,private_ip\n" +
-		"2     disable  -\n" +
+	want := "SLOT  ACTION   HOST CPUS      FIELDS\n" +
+		"0     create   1-11,97-107    -\n" +
+		"1     update   12-22,108-118  host_cpus,mac_address\n" +
+		"2     disable  -              -\n" +
 		"\n" +
+		"housekeeping CPUs: 0,96\n" +
 		"dry run: nothing changed\n"
 	if r.Out != want {
 		t.Fatalf("diff:\n%q\nwant:\n%q", r.Out, want)
@@ -333,6 +338,52 @@ func TestSlotsApplyDryRun(t *testing.T) {
 	r = run(t, env, "slots", "apply", "h200-01", "-f", bad)
 	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.ErrOut, "pci_adress") || len(fa.requests()) != before {
 		t.Fatalf("bad map: %d %q", r.Code, r.ErrOut)
+	}
+	_ = os.WriteFile(bad, []byte("- slot_index: 4\n  host_cpus: 3-1\n"), 0o644)
+	r = run(t, env, "slots", "apply", "h200-01", "-f", bad)
+	if r.Code != cmdutil.ExitUsage || !strings.Contains(r.ErrOut, "slot 4: host_cpus: cpu list \"3-1\": range 3-1 runs backwards") || len(fa.requests()) != before {
+		t.Fatalf("bad host_cpus: %d %q", r.Code, r.ErrOut)
+	}
+
+}
+
+// slots list and slots show print each slot's own host CPU set and vCPU count.
+func TestSlotsListAndShowHostCPUs(t *testing.T) {
+	t.Parallel()
+	numa, vcpu, mem := 0, 22, 65536
+	slots := []apiv1.Slot{
+		{ID: "s0", SlotIndex: 0, Status: "available", NUMANode: &numa, VCPUCount: &vcpu, MemoryMiB: &mem, HostCPUs: "1-11,97-107",
+			PCIAddress: "0000:1b:00.0", GPUModel: "NVIDIA H200", NVMeDevice: "/dev/disk/by-id/nvme-a", NetworkFabric: "infiniband",
+			MACAddress: "52:54:00:00:00:01", PrivateIP: "10.0.0.11", CapacityMetadata: json.RawMessage(`{"fabric_vf_pci_address":"0000:1a:00.2","destructive_wipe_policy":"blkdiscard_zero_verify"}`)},
+		{ID: "s1", SlotIndex: 1, Status: "reserved", NUMANode: &numa, VCPUCount: &vcpu, HostCPUs: "12-22,108-118", AllocationID: "a1",
+			CapacityMetadata: json.RawMessage(`{}`)},
+	}
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/admin/nodes/h200-01/slots": reply(200, apiv1.List[apiv1.Slot]{Items: slots})})
+	r := run(t, fa.env(t), "slots", "list", "h200-01")
+	want := "INDEX  STATUS     NUMA  HOST CPUS      VCPUS  GPU PCI       NVME                    FABRIC VF     MAC                IP         ALLOCATION\n" +
+		"0      available  0     1-11,97-107    22     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1a:00.2  52:54:00:00:00:01  10.0.0.11  -\n" +
+		"1      reserved   0     12-22,108-118  22     -             -                       -             -                  -          a1\n"
+	if r.Code != 0 || r.Out != want {
+		t.Fatalf("slots list: %d\n%s\nwant:\n%s", r.Code, r.Out, want)
+	}
+	r = run(t, fa.env(t), "slots", "show", "h200-01", "0")
+	want = "Slot:         0 (s0)\n" +
+		"Status:       available\n" +
+		"NUMA node:    0\n" +
+		"Host CPUs:    1-11,97-107\n" +
+		"vCPUs:        22\n" +
+		"Memory MiB:   65536\n" +
+		"GPU:          0000:1b:00.0 NVIDIA H200\n" +
+		"NVMe:         /dev/disk/by-id/nvme-a\n" +
+		"Wipe policy:  blkdiscard_zero_verify\n" +
+		"Fabric:       infiniband PF - VF 0000:1a:00.2\n" +
+		"MAC / IP:     52:54:00:00:00:01 10.0.0.11\n" +
+		"Allocation:   -\n"
+	if r.Code != 0 || r.Out != want {
+		t.Fatalf("slots show: %d\n%s\nwant:\n%s", r.Code, r.Out, want)
+	}
+	if r = run(t, fa.env(t), "slots", "show", "h200-01", "5"); r.Code == 0 || !strings.Contains(r.ErrOut, "node h200-01 has no slot 5") {
+		t.Fatalf("missing slot: %d %q", r.Code, r.ErrOut)
 	}
 }
 

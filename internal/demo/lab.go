@@ -102,10 +102,11 @@ func setupLab(dir string) (*lab, error) {
 	return l, nil
 }
 
-// slotsYAML is the lab node's slot map: two slots on NUMA 0 with the loop disks.
+// slotsYAML is the lab node's slot map: two slots on NUMA 0 with the loop disks, slot i
+// owning host CPU i (the lab host has two CPUs; none is kept back for housekeeping).
 func (l *lab) slotsYAML() string {
 	var b strings.Builder
-	b.WriteString("slots:\n")
+	b.WriteString("housekeeping_cpus: \"\"\nslots:\n")
 	for i, disk := range l.disks {
 		fmt.Fprintf(&b, `  - slot_index: %d
     pci_address: 0000:%02x:00.0
@@ -119,13 +120,14 @@ func (l *lab) slotsYAML() string {
     mac_address: "52:54:00:09:00:%02x"
     private_ip: 10.100.9.%d
     vcpu_count: 1
+    host_cpus: "%d"
     memory_mib: 256
     capacity_metadata:
       destructive_wipe_policy: blkdiscard_zero_verify
       fabric_claim_mode: per_slot_vf
       fabric_vf_pci_address: 0000:%02x:00.2
       storage_ownership: slice
-`, i, 0x1b+i, disk, i, 0x1a+i, i, 10+i, 0x1a+i)
+`, i, 0x1b+i, disk, i, 0x1a+i, i, 10+i, i, 0x1a+i)
 	}
 	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
@@ -388,7 +389,7 @@ func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*sto
 		d.log.Info("baremetal allocation event not dispatched to a host agent (MAAS deploy)", "allocation", rec.ID, "topic", ev.Topic)
 		return nil, nil
 	}
-	bundles, err := bundlesFromSnapshots(rec.Snapshots)
+	bundles, housekeeping, err := planFromSnapshots(rec.Snapshots)
 	if err != nil {
 		return nil, err
 	}
@@ -405,11 +406,20 @@ func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*sto
 		return nil, fmt.Errorf("image snapshot: %w", err)
 	}
 	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
-		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys}}, nil
+		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys,
+			HousekeepingCPUs: housekeeping}}, nil
 }
 
 // bundlesFromSnapshots turns claim snapshots (the slot as it was reserved) into task bundles.
 func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
+	b, _, err := planFromSnapshots(snaps)
+	return b, err
+}
+
+// planFromSnapshots turns claim snapshots (the slot as it was reserved, with its node's
+// housekeeping set then) into task bundles and the housekeeping set (cpulist).
+func planFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, string, error) {
+	var housekeeping []int
 	bundles := make([]task.Bundle, 0, len(snaps))
 	for _, s := range snaps {
 		var b task.Bundle
@@ -426,12 +436,16 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 			Wipe      string `json:"destructive_wipe_policy"`
 			VCPU      *int   `json:"vcpu_count"`
 			MemoryMiB *int   `json:"memory_mib"`
+			HostCPUs  []int  `json:"host_cpus"`
+			Housekeep []int  `json:"housekeeping_cpus"`
 		}
 		if err := json.Unmarshal(s, &raw); err != nil {
-			return nil, err
+			return nil, "", err
 		}
+		housekeeping = cpuset.Union(housekeeping, raw.Housekeep)
 		b = task.Bundle{SlotID: raw.SlotID, SlotIndex: raw.SlotIndex, GPUPCI: raw.PCI, FabricParentPCI: raw.FabricPCI,
-			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe}
+			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe,
+			HostCPUs: cpuset.Format(raw.HostCPUs)}
 		if raw.VCPU != nil {
 			b.VCPUCount = *raw.VCPU
 		}
@@ -440,7 +454,7 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 		}
 		bundles = append(bundles, b)
 	}
-	return bundles, nil
+	return bundles, cpuset.Format(housekeeping), nil
 }
 
 // Poll waits up to wait for a task for node, leases it and returns it signed; nil when the

@@ -10,22 +10,26 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 )
 
 const slotColumns = `s.id::text, s.node_id::text, s.slot_index, s.capacity_shape, s.status, s.status_reason,
 	coalesce(s.parent_slot_id::text, ''), s.sharing_model, s.profile_name, s.gpu_model, s.gpu_count, s.pci_address,
 	s.gpu_uuid, s.mig_profile, s.gpu_memory_mib, s.compute_milli, s.max_claims, s.nvme_device, s.network_fabric,
 	s.network_device, s.fabric_pci_address, s.fabric_device_id, s.fabric_metadata, s.numa_node, s.vcpu_count,
-	s.memory_mib, s.mac_address, coalesce(host(s.private_ip), ''), s.capacity_metadata, s.health_metadata,
+	s.memory_mib, s.host_cpus, s.mac_address, coalesce(host(s.private_ip), ''), s.capacity_metadata, s.health_metadata,
 	coalesce((SELECT c.allocation_id::text FROM allocation_resource_claims c
 	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at`
 
 func scanSlot(row pgx.Row, s *apiv1.Slot) error {
-	return row.Scan(&s.ID, &s.NodeID, &s.SlotIndex, &s.CapacityShape, &s.Status, &s.StatusReason, &s.ParentSlotID,
+	var cpus []int
+	err := row.Scan(&s.ID, &s.NodeID, &s.SlotIndex, &s.CapacityShape, &s.Status, &s.StatusReason, &s.ParentSlotID,
 		&s.SharingModel, &s.ProfileName, &s.GPUModel, &s.GPUCount, &s.PCIAddress, &s.GPUUUID, &s.MIGProfile,
 		&s.GPUMemoryMiB, &s.ComputeMilli, &s.MaxClaims, &s.NVMeDevice, &s.NetworkFabric, &s.NetworkDevice,
 		&s.FabricPCIAddress, &s.FabricDeviceID, &s.FabricMetadata, &s.NUMANode, &s.VCPUCount, &s.MemoryMiB,
-		&s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt)
+		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt)
+	s.HostCPUs = cpuset.Format(cpus)
+	return err
 }
 
 // ListSlots returns a node's slots by index.
@@ -56,6 +60,7 @@ type slotRow struct {
 	NUMANode         *int
 	VCPUCount        *int
 	MemoryMiB        *int
+	HostCPUs         string // cpuset.Format form, so equal sets compare equal
 	MACAddress       string
 	PrivateIP        string
 	CapacityMetadata map[string]any
@@ -70,7 +75,7 @@ var slotRowFields = map[string]string{
 	"GPUModel": "gpu_model", "PCIAddress": "pci_address", "GPUUUID": "gpu_uuid", "GPUMemoryMiB": "gpu_memory_mib",
 	"NVMeDevice": "nvme_device", "NetworkFabric": "network_fabric", "NetworkDevice": "network_device",
 	"FabricPCIAddress": "fabric_pci_address", "FabricDeviceID": "fabric_device_id", "NUMANode": "numa_node",
-	"VCPUCount": "vcpu_count", "MemoryMiB": "memory_mib", "MACAddress": "mac_address", "PrivateIP": "private_ip",
+	"VCPUCount": "vcpu_count", "MemoryMiB": "memory_mib", "HostCPUs": "host_cpus", "MACAddress": "mac_address", "PrivateIP": "private_ip",
 	"CapacityMetadata": "capacity_metadata", "SharingModel": "sharing_model", "ProfileName": "profile_name",
 	"ComputeMilli": "compute_milli", "MaxClaims": "max_claims", "ParentSlotIndex": "parent_slot_index",
 }
@@ -84,6 +89,11 @@ func SpecRow(sp apiv1.SlotSpec) slotRow {
 		NUMANode: sp.NUMANode, VCPUCount: sp.VCPUCount, MemoryMiB: sp.MemoryMiB, MACAddress: sp.MACAddress,
 		PrivateIP: sp.PrivateIP, CapacityMetadata: sp.CapacityMetadata, SharingModel: sp.SharingModel,
 		ProfileName: sp.ProfileName, ComputeMilli: 1000, MaxClaims: 1, ParentSlotIndex: sp.ParentSlotIndex,
+	}
+	if cpus, err := cpuset.Parse(sp.HostCPUs); err == nil { // validated before; unparsable stays as given and fails the write
+		r.HostCPUs = cpuset.Format(cpus)
+	} else {
+		r.HostCPUs = sp.HostCPUs
 	}
 	if r.NetworkFabric == "" {
 		r.NetworkFabric = "none"
@@ -110,7 +120,7 @@ func existingRow(sl apiv1.Slot, indexByID map[string]int) slotRow {
 		SlotIndex: sl.SlotIndex, GPUModel: sl.GPUModel, PCIAddress: sl.PCIAddress, GPUUUID: sl.GPUUUID,
 		GPUMemoryMiB: sl.GPUMemoryMiB, NVMeDevice: sl.NVMeDevice, NetworkFabric: sl.NetworkFabric,
 		NetworkDevice: sl.NetworkDevice, FabricPCIAddress: sl.FabricPCIAddress, FabricDeviceID: sl.FabricDeviceID,
-		NUMANode: sl.NUMANode, VCPUCount: sl.VCPUCount, MemoryMiB: sl.MemoryMiB, MACAddress: sl.MACAddress,
+		NUMANode: sl.NUMANode, VCPUCount: sl.VCPUCount, MemoryMiB: sl.MemoryMiB, HostCPUs: sl.HostCPUs, MACAddress: sl.MACAddress,
 		PrivateIP: sl.PrivateIP, CapacityMetadata: md, SharingModel: sl.SharingModel, ProfileName: sl.ProfileName,
 		ComputeMilli: sl.ComputeMilli, MaxClaims: sl.MaxClaims,
 	}
@@ -191,19 +201,19 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 			enabledMACs[row.SlotIndex] = row.MACAddress
 		}
 		if !ok {
-			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "create"})
+			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "create", HostCPUs: row.HostCPUs})
 			writes = append(writes, write{row: row, create: true})
 			continue
 		}
 		fields := diffFields(existingRow(cur, indexByID), row)
 		if len(fields) == 0 {
-			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "unchanged"})
+			res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "unchanged", HostCPUs: row.HostCPUs})
 			continue
 		}
 		if !mutable(cur.Status) {
 			blocked = append(blocked, row.SlotIndex)
 		}
-		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "update", Fields: fields})
+		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: row.SlotIndex, Action: "update", Fields: fields, HostCPUs: row.HostCPUs})
 		writes = append(writes, write{row: row})
 	}
 	var disables []int
@@ -247,22 +257,29 @@ func (t *Tx) ApplySlots(ctx context.Context, nodeID string, specs []apiv1.SlotSp
 			return res, err
 		}
 		r := w.row
+		cpus, err := cpuset.Parse(r.HostCPUs)
+		if err != nil {
+			return res, &DBError{Kind: ErrInvalid, Detail: fmt.Sprintf("slot %d: host_cpus: %v", r.SlotIndex, err)}
+		}
+		if cpus == nil {
+			cpus = []int{}
+		}
 		args := []any{nodeID, r.SlotIndex, r.GPUModel, r.PCIAddress, r.GPUUUID, r.GPUMemoryMiB, r.NVMeDevice,
 			r.NetworkFabric, r.NetworkDevice, r.FabricPCIAddress, r.FabricDeviceID, r.NUMANode, r.VCPUCount,
 			r.MemoryMiB, r.MACAddress, nullIfEmpty(r.PrivateIP), md, r.SharingModel, r.ProfileName,
-			r.ComputeMilli, r.MaxClaims}
+			r.ComputeMilli, r.MaxClaims, cpus}
 		if w.create {
 			_, err = t.tx.Exec(ctx, `INSERT INTO node_resource_slots (node_id, slot_index, gpu_model, pci_address,
 				gpu_uuid, gpu_memory_mib, nvme_device, network_fabric, network_device, fabric_pci_address,
 				fabric_device_id, numa_node, vcpu_count, memory_mib, mac_address, private_ip, capacity_metadata,
-				sharing_model, profile_name, compute_milli, max_claims)
-				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)`, args...)
+				sharing_model, profile_name, compute_milli, max_claims, host_cpus)
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)`, args...)
 		} else {
 			_, err = t.tx.Exec(ctx, `UPDATE node_resource_slots SET gpu_model=$3, pci_address=$4, gpu_uuid=$5,
 				gpu_memory_mib=$6, nvme_device=$7, network_fabric=$8, network_device=$9, fabric_pci_address=$10,
 				fabric_device_id=$11, numa_node=$12, vcpu_count=$13, memory_mib=$14, mac_address=$15,
 				private_ip=$16, capacity_metadata=$17, sharing_model=$18, profile_name=$19, compute_milli=$20,
-				max_claims=$21 WHERE node_id=$1 AND slot_index=$2`, args...)
+				max_claims=$21, host_cpus=$22 WHERE node_id=$1 AND slot_index=$2`, args...)
 		}
 		if err != nil {
 			return res, translate(err)

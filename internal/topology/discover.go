@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -318,11 +319,56 @@ func (s *scanner) numaNodes() []NUMANode {
 			continue
 		}
 		nn := NUMANode{Node: id, CPUs: s.read(n + "/cpulist")}
+		nn.Cores = s.cores(nn.CPUs)
 		nn.Hugepages1GTotal, _ = s.readInt(n + "/hugepages/hugepages-1048576kB/nr_hugepages")
 		nn.Hugepages1GFree, _ = s.readInt(n + "/hugepages/hugepages-1048576kB/free_hugepages")
 		out = append(out, nn)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// cores groups a NUMA node's CPUs into SMT sibling groups. Sibling lists are trusted only
+// within the node and only for CPUs not yet grouped, so the groups always partition the node's
+// CPUs, whatever sysfs says; an unreadable or malformed list makes the CPU a core alone.
+func (s *scanner) cores(cpulist string) []string {
+	cpus, err := cpuset.Parse(cpulist)
+	if err != nil {
+		if cpulist != "" {
+			s.warn = append(s.warn, fmt.Sprintf("NUMA CPU list %q: %v", cpulist, err))
+		}
+		return nil
+	}
+	inNode := map[int]bool{}
+	for _, c := range cpus {
+		inNode[c] = true
+	}
+	grouped := map[int]bool{}
+	var out []string
+	for _, c := range cpus {
+		if grouped[c] {
+			continue
+		}
+		dir := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/topology/", c)
+		list := s.read(dir + "core_cpus_list")
+		if list == "" {
+			list = s.read(dir + "thread_siblings_list")
+		}
+		sib, err := cpuset.Parse(list)
+		if err != nil {
+			sib = nil
+		}
+		group := []int{c}
+		for _, o := range sib {
+			if o != c && inNode[o] && !grouped[o] {
+				group = append(group, o)
+			}
+		}
+		for _, o := range group {
+			grouped[o] = true
+		}
+		out = append(out, cpuset.Format(group))
+	}
 	return out
 }
 

@@ -182,3 +182,39 @@ func TestDriftAgainstApprovedSlots(t *testing.T) {
 		t.Fatalf("drift = %v", d)
 	}
 }
+
+// Discovery groups each NUMA node's CPUs into cores from the SMT sibling lists, trusting a
+// list only within the node and only for CPUs not yet grouped: the groups always partition
+// the node's CPUs. A list naming a CPU of another node, an unreadable or garbled list, or one
+// that claims an already grouped CPU leaves the CPU a core alone.
+func TestDiscoverCoresPartitionTheNode(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"sys/bus/pci/devices/.keep":                                 "",
+		"sys/devices/system/node/node0/cpulist":                     "0-7\n",
+		"sys/devices/system/node/node1/cpulist":                     "8-9\n",
+		"sys/devices/system/cpu/cpu0/topology/core_cpus_list":       "0,4\n",
+		"sys/devices/system/cpu/cpu4/topology/core_cpus_list":       "0,4\n",
+		"sys/devices/system/cpu/cpu1/topology/thread_siblings_list": "1,8\n", // 8 is node 1's
+		"sys/devices/system/cpu/cpu2/topology/core_cpus_list":       "2-x\n",
+		"sys/devices/system/cpu/cpu3/topology/core_cpus_list":       "0,3\n", // 0 is grouped with 4
+		"sys/devices/system/cpu/cpu8/topology/core_cpus_list":       "8-9\n",
+	}
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := Discover(hostfs.New(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal([]any{r.NUMA[0].Cores, r.NUMA[1].Cores})
+	if want := `[["0,4","1","2","3","5","6","7"],["8-9"]]`; string(got) != want {
+		t.Fatalf("cores = %s; want %s", got, want)
+	}
+}

@@ -70,12 +70,16 @@ type Fabric struct {
 	VFDrivers  []string `json:"vf_drivers,omitempty"`
 }
 
-// NUMANode is a NUMA node's CPUs and 1 GiB hugepages.
+// NUMANode is a NUMA node's CPUs, its cores (SMT sibling groups) and 1 GiB hugepages.
 type NUMANode struct {
-	Node             int    `json:"node"`
-	CPUs             string `json:"cpus"`
-	Hugepages1GTotal int    `json:"hugepages_1g_total"`
-	Hugepages1GFree  int    `json:"hugepages_1g_free"`
+	Node int    `json:"node"`
+	CPUs string `json:"cpus"`
+	// Cores are the node's physical cores, each the cpulist of its SMT siblings (sysfs
+	// core_cpus_list, or thread_siblings_list on older kernels), ordered by first CPU. Every
+	// CPU of the node is in exactly one; a CPU whose siblings cannot be read is a core alone.
+	Cores            []string `json:"cores,omitempty"`
+	Hugepages1GTotal int      `json:"hugepages_1g_total"`
+	Hugepages1GFree  int      `json:"hugepages_1g_free"`
 }
 
 // NetDev is a network interface.

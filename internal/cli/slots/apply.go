@@ -2,6 +2,8 @@ package slots
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"sort"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 )
 
 // ApplyOptions are `slots apply`'s dependencies and flags.
@@ -31,9 +34,17 @@ func NewCmdApply(f *cmdutil.Factory, runF func(*ApplyOptions) error) *cobra.Comm
 		Use:   "apply NODE -f FILE [--dry-run]",
 		Short: "Apply a declarative slot map and show the diff (--dry-run changes nothing)",
 		Long: `Apply a declarative slot map (a reviewed site topology profile) to a node and show the
-diff. FILE is YAML or JSON: a list of slots, or {slots: [...]}, with the API's field names
-(slot_index, pci_address, nvme_device, numa_node, mac_address, private_ip, ...). Unknown keys
-are refused. Slots the map leaves out are disabled. "-" reads the map from standard input.`,
+diff. FILE is YAML or JSON: a list of slots, or {slots: [...], housekeeping_cpus: LIST}, with the
+API's field names (slot_index, pci_address, nvme_device, numa_node, host_cpus, mac_address,
+private_ip, ...). Unknown keys are refused. Slots the map leaves out are disabled. "-" reads
+the map from standard input.
+
+host_cpus is the slot's own host CPU set (cpulist, e.g. "1-11,97-107"), disjoint from every
+other slot's and from the node's housekeeping set. A slot without it gets one from the node's
+latest discovery (whole cores of its NUMA node, divided among the slots that name none), or
+none when the node has no discovery. housekeeping_cpus replaces the node's housekeeping set
+("" keeps no CPU back); left out, the node keeps its set (the first core of each NUMA node
+when it has none and slots are filled from discovery).`,
 		Example: `  gpuaasctl slots apply h200-01 -f h200-01-slots.yaml --dry-run
   gpuaasctl slots apply h200-01 -f h200-01-slots.yaml`,
 		Args: cmdutil.ExactArgs(1),
@@ -55,7 +66,7 @@ are refused. Slots the map leaves out are disabled. "-" reads the map from stand
 }
 
 func applyRun(ctx context.Context, opts *ApplyOptions) error {
-	specs, err := ReadSlotMap(opts.IO.In, opts.File)
+	m, err := ReadSlotMapDoc(opts.IO.In, opts.File)
 	if err != nil {
 		return err
 	}
@@ -63,49 +74,96 @@ func applyRun(ctx context.Context, opts *ApplyOptions) error {
 	if err != nil {
 		return err
 	}
-	res, err := c.ApplySlots(ctx, opts.Node, apiv1.SlotApply{Slots: specs, DryRun: opts.DryRun})
+	res, err := c.ApplySlots(ctx, opts.Node, apiv1.SlotApply{Slots: m.Slots, HousekeepingCPUs: m.HousekeepingCPUs, DryRun: opts.DryRun})
 	if err != nil {
 		return err
 	}
 	return printChanges(opts.IO.Out, opts.Output, res, "applied")
 }
 
-// ReadSlotMap reads a YAML or JSON slot map: a list of slots, or a document whose only key
-// is slots. Unknown fields and an empty map are refused.
+// SlotMap is a slot map file: its slots and, when it names one, the node's housekeeping CPU
+// set (the CPUs kept back from every slot for the host).
+type SlotMap struct {
+	Slots            []apiv1.SlotSpec
+	HousekeepingCPUs *string
+}
+
+// ReadSlotMap reads a YAML or JSON slot map's slots (see ReadSlotMapDoc).
 func ReadSlotMap(in io.Reader, path string) ([]apiv1.SlotSpec, error) {
+	m, err := ReadSlotMapDoc(in, path)
+	return m.Slots, err
+}
+
+// ReadSlotMapDoc reads a YAML or JSON slot map: a list of slots, or a document with the key
+// slots and optionally housekeeping_cpus. Unknown fields, an empty map and CPU lists that do
+// not parse are refused.
+func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
+	var out SlotMap
 	doc, err := cmdutil.ReadYAMLOrJSON(in, path)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
 	if m, ok := doc.(map[string]any); ok {
 		var other []string
 		for k := range m {
-			if k != "slots" {
+			if k != "slots" && k != "housekeeping_cpus" {
 				other = append(other, k)
 			}
 		}
 		if len(other) > 0 {
 			sort.Strings(other)
-			return nil, cmdutil.InputErrorf("%s: unknown top-level key(s) %s: want a list of slots or {slots: [...]}", path, cmdutil.KeyNames(other))
+			return out, cmdutil.InputErrorf("%s: unknown top-level key(s) %s: want a list of slots or {slots: [...], housekeeping_cpus: LIST}", path, cmdutil.KeyNames(other))
+		}
+		if v, ok := m["housekeeping_cpus"]; ok {
+			hk, isStr := cpuListText(v)
+			if _, err := cpuset.Parse(hk); !isStr || err != nil {
+				return out, cmdutil.InputErrorf("%s: housekeeping_cpus must be a CPU list such as \"0,96\" (\"\" keeps none back)", path)
+			}
+			out.HousekeepingCPUs = &hk
 		}
 		doc = m["slots"]
 	}
-	if _, ok := doc.([]any); !ok {
-		return nil, cmdutil.InputErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
+	items, ok := doc.([]any)
+	if !ok {
+		return out, cmdutil.InputErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
+	}
+	for _, it := range items { // host_cpus: 5 (one CPU, unquoted) is the list "5"
+		if sl, ok := it.(map[string]any); ok {
+			if text, ok := cpuListText(sl["host_cpus"]); ok && sl["host_cpus"] != nil {
+				sl["host_cpus"] = text
+			}
+		}
 	}
 	var specs []apiv1.SlotSpec
 	if err := cmdutil.DecodeStrict(doc, &specs, path); err != nil {
-		return nil, err
+		return out, err
 	}
 	if len(specs) == 0 {
-		return nil, cmdutil.FlagErrorf("%s holds no slots", path)
+		return out, cmdutil.InputErrorf("%s holds no slots", path)
 	}
 	seen := map[int]bool{}
 	for _, s := range specs {
 		if seen[s.SlotIndex] {
-			return nil, cmdutil.FlagErrorf("%s: slot_index %d appears twice", path, s.SlotIndex)
+			return out, cmdutil.InputErrorf("%s: slot_index %d appears twice", path, s.SlotIndex)
 		}
 		seen[s.SlotIndex] = true
+		if _, err := cpuset.Parse(s.HostCPUs); err != nil {
+			return out, cmdutil.InputErrorf("%s: slot %d: host_cpus: %v", path, s.SlotIndex, err)
+		}
 	}
-	return specs, nil
+	out.Slots = specs
+	return out, nil
+}
+
+// cpuListText is a CPU list as YAML may write it: a string, or a bare number for one CPU.
+func cpuListText(v any) (string, bool) {
+	switch n := v.(type) {
+	case nil:
+		return "", true
+	case string:
+		return n, true
+	case int, int64, uint64, float64, json.Number:
+		return fmt.Sprint(n), true
+	}
+	return "", false
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/client"
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/topology"
 	"github.com/gpuaas/gpuaas/internal/tui/approve"
 )
@@ -21,17 +22,19 @@ type ApproveOptions struct {
 	IO     cmdutil.IOStreams
 	Client func() (*client.Client, error)
 
-	Node        string
-	AllReady    bool
-	SlotIndexes []int
-	DryRun      bool
-	Yes         bool
-	Output      output.Format
+	Node             string
+	HousekeepingCPUs *string // --housekeeping-cpus when given
+	AllReady         bool
+	SlotIndexes      []int
+	DryRun           bool
+	Yes              bool
+	Output           output.Format
 }
 
 // NewCmdApprove is `slots approve NODE`.
 func NewCmdApprove(f *cmdutil.Factory, runF func(*ApproveOptions) error) *cobra.Command {
 	opts := &ApproveOptions{IO: f.IO, Client: f.Client}
+	var housekeeping string
 	cmd := &cobra.Command{
 		Use:   "approve NODE [(--all-ready | --index N,...) (--dry-run | --yes)]",
 		Short: "Promote discovered candidates (see `topology show`) into approved, schedulable slots",
@@ -40,10 +43,22 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*ApproveOptions) error) *cobra.
 On a terminal, with no selection flags, an interactive screen lists the candidates: space
 toggles a ready row (blocked rows show why and cannot be chosen), enter shows the diff
 against the node's slots from a controller dry run, y approves. For scripts: --all-ready or
---index 0,1,2, with --dry-run or --yes.`,
+--index 0,1,2, with --dry-run or --yes.
+
+Each approved slot gets its own host CPU set: whole cores of its NUMA node (SMT siblings
+together), disjoint from every other slot's and from the node's housekeeping set, which is
+kept back for the host. The housekeeping set is --housekeeping-cpus when given ("" keeps no
+CPU back), else the node's, else the first core of each NUMA node. vcpu_count is 24, or the
+size of the slot's CPU set when that is smaller.`,
 		Args: cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Node = args[0]
+			if cmd.Flags().Changed("housekeeping-cpus") {
+				if _, err := cpuset.Parse(housekeeping); err != nil {
+					return cmdutil.FlagErrorf("--housekeeping-cpus: %v", err)
+				}
+				opts.HousekeepingCPUs = &housekeeping
+			}
 			if !opts.AllReady && len(opts.SlotIndexes) == 0 {
 				if !opts.Yes && !opts.DryRun && opts.IO.Interactive() {
 					if runF != nil {
@@ -64,7 +79,7 @@ against the node's slots from a controller dry run, y approves. For scripts: --a
 				return err
 			}
 			res, err := c.ApproveSlots(cmd.Context(), opts.Node, apiv1.SlotApprove{
-				SlotIndexes: opts.SlotIndexes, AllReady: opts.AllReady, DryRun: opts.DryRun,
+				SlotIndexes: opts.SlotIndexes, AllReady: opts.AllReady, DryRun: opts.DryRun, HousekeepingCPUs: opts.HousekeepingCPUs,
 			})
 			if err != nil {
 				return err
@@ -77,6 +92,7 @@ against the node's slots from a controller dry run, y approves. For scripts: --a
 	cmd.Flags().IntSliceVar(&opts.SlotIndexes, "slot", nil, "same as --index")
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "show the resulting slot-map diff only")
 	cmd.Flags().BoolVar(&opts.Yes, "yes", false, "confirm")
+	cmd.Flags().StringVar(&housekeeping, "housekeeping-cpus", "", "the node's housekeeping CPU set, kept back from every slot (cpulist, e.g. 0,96)")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -99,7 +115,7 @@ func approveInteractive(ctx context.Context, opts *ApproveOptions) error {
 		return fmt.Errorf("discovery report: %w", err)
 	}
 	m := approve.New(opts.Node, &rep, func(ctx context.Context, idx []int, dryRun bool) (*apiv1.SlotApplyResult, error) {
-		return c.ApproveSlots(ctx, opts.Node, apiv1.SlotApprove{SlotIndexes: idx, DryRun: dryRun})
+		return c.ApproveSlots(ctx, opts.Node, apiv1.SlotApprove{SlotIndexes: idx, DryRun: dryRun, HousekeepingCPUs: opts.HousekeepingCPUs})
 	})
 	final, err := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(opts.IO.In), tea.WithOutput(opts.IO.Out)).Run()
 	if err != nil {

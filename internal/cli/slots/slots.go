@@ -1,5 +1,5 @@
 // Package slots is `gpuaasctl slots`: a node's approved slot map (one GPU with its NUMA-local
-// NVMe and fabric VF per slot): list it, apply a reviewed map, approve discovered candidates,
+// NVMe and fabric VF per slot, and its own host CPU set): list and show it, apply a reviewed map, approve discovered candidates,
 // take slots out of service and repair them (admin).
 package slots
 
@@ -21,6 +21,7 @@ func NewCmdSlots(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "slots", Short: "Inspect, apply and approve a node's slot map (admin)", Aliases: []string{"slot"}}
 	return cmdutil.Group(cmd,
 		NewCmdList(f, nil),
+		NewCmdShow(f, nil),
 		NewCmdApply(f, nil),
 		NewCmdDisable(f, nil),
 		NewCmdEnable(f, nil),
@@ -31,13 +32,14 @@ func NewCmdSlots(f *cmdutil.Factory) *cobra.Command {
 
 func printSlots(w io.Writer, o output.Format, v any, slots []apiv1.Slot) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("INDEX", "STATUS", "NUMA", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
+		t.Row("INDEX", "STATUS", "NUMA", "HOST CPUS", "VCPUS", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
 		for _, s := range slots {
 			var md map[string]any
 			_ = json.Unmarshal(s.CapacityMetadata, &md)
 			vf, _ := md["fabric_vf_pci_address"].(string)
-			t.Row(s.SlotIndex, s.Status, output.IntPtr(s.NUMANode), output.Dash(s.PCIAddress), output.Dash(s.NVMeDevice),
-				output.Dash(vf), output.Dash(s.MACAddress), output.Dash(s.PrivateIP), output.Dash(s.AllocationID))
+			t.Row(s.SlotIndex, s.Status, output.IntPtr(s.NUMANode), output.Dash(s.HostCPUs), output.IntPtr(s.VCPUCount),
+				output.Dash(s.PCIAddress), output.Dash(s.NVMeDevice), output.Dash(vf), output.Dash(s.MACAddress),
+				output.Dash(s.PrivateIP), output.Dash(s.AllocationID))
 		}
 	})
 }
@@ -45,15 +47,16 @@ func printSlots(w io.Writer, o output.Format, v any, slots []apiv1.Slot) error {
 // printChanges is the slot-map diff table of apply and approve.
 func printChanges(w io.Writer, o output.Format, res *apiv1.SlotApplyResult, appliedWord string) error {
 	return output.Print(w, o, res, func(t *output.TableWriter) {
-		t.Row("SLOT", "ACTION", "FIELDS")
+		t.Row("SLOT", "ACTION", "HOST CPUS", "FIELDS")
 		for _, ch := range res.Changes {
 			fields := "-"
 			if len(ch.Fields) > 0 {
 				fields = strings.Join(ch.Fields, ",")
 			}
-			t.Row(ch.SlotIndex, ch.Action, fields)
+			t.Row(ch.SlotIndex, ch.Action, output.Dash(ch.HostCPUs), fields)
 		}
 		t.Blank()
+		t.Row("housekeeping CPUs: " + output.Dash(res.HousekeepingCPUs))
 		if res.Applied {
 			t.Row(appliedWord)
 		} else {

@@ -88,4 +88,14 @@ func TestReadSlotMap(t *testing.T) {
 	if _, err := ReadSlotMap(strings.NewReader("- slot_index: 2\n"), "-"); err != nil {
 		t.Fatalf("stdin: %v", err)
 	}
+	// A CPU list may be one bare number; housekeeping_cpus "" keeps no CPU back.
+	m, err := ReadSlotMapDoc(strings.NewReader("housekeeping_cpus: \"\"\nslots:\n- slot_index: 0\n  host_cpus: 1\n- slot_index: 1\n  host_cpus: 2-3,8\n"), "-")
+	if err != nil || m.HousekeepingCPUs == nil || *m.HousekeepingCPUs != "" || m.Slots[0].HostCPUs != "1" || m.Slots[1].HostCPUs != "2-3,8" {
+		t.Fatalf("cpu lists: %+v, %v", m, err)
+	}
+	for _, bad := range []string{"housekeeping_cpus: [1]\nslots:\n- slot_index: 0\n", "- slot_index: 0\n  host_cpus: 1.5\n", "- slot_index: 0\n  host_cpus: 9000\n"} {
+		if _, err := ReadSlotMapDoc(strings.NewReader(bad), "-"); !isFlagError(err) {
+			t.Errorf("%q accepted: %v", bad, err)
+		}
+	}
 }

@@ -1,8 +1,9 @@
 // Package approve is the interactive `gpuaasctl slots approve` screen: a bubbletea model
 // listing a node's discovered candidate bundles (GPU, fabric VF, NVMe, NUMA, IOMMU group,
 // status). Space toggles a ready row; blocked rows show their reason and cannot be chosen;
-// the highlighted row's details are shown below the table. Enter asks the controller for the
-// diff against the node's existing slots (a dry run) and shows it in a confirm dialog; y
+// the highlighted row's details, with its NUMA node's CPUs, are shown below the table. Enter
+// asks the controller for the diff against the node's existing slots (a dry run), with each
+// slot's host CPU set and the node's housekeeping set, and shows it in a confirm dialog; y
 // approves, and the result is shown. The model does no I/O itself: the controller calls are
 // commands built from the Approve function it is given, so tests drive it with key messages.
 package approve
@@ -38,6 +39,7 @@ type Model struct {
 	Node       string
 	candidates []topology.Candidate
 	iommu      map[string]string // GPU PCI -> IOMMU group
+	numaCPUs   map[int]string    // NUMA node -> its CPUs and core count
 	selected   map[int]bool      // candidate slot index -> chosen
 	cursor     int
 	stage      stage
@@ -53,9 +55,12 @@ type Model struct {
 
 // New builds the screen from a discovery report.
 func New(node string, rep *topology.Report, approve ApproveFunc) Model {
-	m := Model{Node: node, iommu: map[string]string{}, selected: map[int]bool{}, approve: approve, width: 100}
+	m := Model{Node: node, iommu: map[string]string{}, numaCPUs: map[int]string{}, selected: map[int]bool{}, approve: approve, width: 100}
 	if rep != nil {
 		m.candidates = append(m.candidates, rep.Candidates...)
+		for _, n := range rep.NUMA {
+			m.numaCPUs[n.Node] = fmt.Sprintf("%s (%d cores)", n.CPUs, len(n.Cores))
+		}
 		for _, g := range rep.GPUs {
 			if g.IOMMUGroup != nil {
 				m.iommu[g.PCIAddress] = fmt.Sprint(*g.IOMMUGroup)
@@ -300,6 +305,9 @@ func (m Model) detail() string {
 		fmt.Sprintf("fabric %s  PF %s  VF %s", dash(c.Fabric), dash(c.FabricParentPCI), dash(c.FabricVFPCI)),
 		fmt.Sprintf("NVMe %s  namespace %s  NUMA %s  IOMMU group %s", dash(c.NVMeDevice), dash(c.NVMeNamespace), numa(c.NUMANode), dash(m.iommu[c.GPUPCI])),
 	}
+	if c.NUMANode != nil {
+		lines = append(lines, fmt.Sprintf("host CPUs: whole cores of NUMA node %d, CPUs %s; the controller picks the slot's at review", *c.NUMANode, dash(m.numaCPUs[*c.NUMANode])))
+	}
 	for _, r := range c.BlockingReasons {
 		lines = append(lines, "blocked: "+r)
 	}
@@ -314,11 +322,16 @@ func (m Model) diffText() string {
 		if len(ch.Fields) > 0 {
 			fields = " (" + strings.Join(ch.Fields, ", ") + ")"
 		}
-		fmt.Fprintf(&b, "  slot %d: %s%s\n", ch.SlotIndex, ch.Action, fields)
+		cpus := ""
+		if ch.HostCPUs != "" {
+			cpus = "  host CPUs " + ch.HostCPUs
+		}
+		fmt.Fprintf(&b, "  slot %d: %s%s%s\n", ch.SlotIndex, ch.Action, fields, cpus)
 	}
 	if len(m.diff.Changes) == 0 {
 		b.WriteString("  no changes: the node's slots already match\n")
 	}
+	fmt.Fprintf(&b, "  housekeeping CPUs (kept for the host): %s\n", dash(m.diff.HousekeepingCPUs))
 	b.WriteString("\ny approve · n back")
 	return b.String()
 }

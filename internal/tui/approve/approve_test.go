@@ -50,9 +50,11 @@ func (f *fakeController) approve(_ context.Context, idx []int, dryRun bool) (*ap
 	if f.fail != nil && !dryRun {
 		return nil, f.fail
 	}
-	res := &apiv1.SlotApplyResult{Applied: !dryRun}
+	// The host CPU sets the controller gives the H200 fixture's slots (11 two-thread cores each).
+	res := &apiv1.SlotApplyResult{Applied: !dryRun, HousekeepingCPUs: "0,48,96,144"}
 	for _, i := range idx {
-		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: i, Action: "create"})
+		res.Changes = append(res.Changes, apiv1.SlotChange{SlotIndex: i, Action: "create",
+			HostCPUs: fmt.Sprintf("%d-%d,%d-%d", 1+11*i+i/4, 11+11*i+i/4, 97+11*i+i/4, 107+11*i+i/4)})
 	}
 	return res, nil
 }
