@@ -57,7 +57,13 @@ func planHostCPUs(ctx context.Context, tx *store.Tx, nodeID string, specs []apiv
 		slots = append(slots, topology.SlotCPUs{SlotIndex: sp.SlotIndex, NUMANode: sp.NUMANode, HostCPUs: cpus})
 	}
 	if rep != nil && anyWithoutCPUs(specs) {
-		filled, err := topology.AssignHostCPUs(rep.NUMA, p.housekeeping, slots)
+		expected := map[int]int{} // a slot per GPU on each NUMA node
+		for _, g := range rep.GPUs {
+			if g.NUMANode != nil {
+				expected[*g.NUMANode]++
+			}
+		}
+		filled, err := topology.AssignHostCPUs(rep.NUMA, p.housekeeping, slots, expected)
 		if err != nil {
 			return p, errInvalid("host CPUs: %v", err)
 		}

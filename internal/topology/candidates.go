@@ -42,9 +42,12 @@ func candidates(r *Report) []Candidate {
 			nv = n
 			break
 		}
-		if nv == nil {
+		switch {
+		case nv == nil && len(r.NVMe) == 0:
+			block("no NVMe device found on this host")
+		case nv == nil:
 			block("no free NUMA-local NVMe with a stable /dev/disk/by-id identity (the OS disk is never offered)")
-		} else {
+		default:
 			usedNVMe[nv.Namespace] = true
 			c.NVMeDevice, c.NVMeNamespace = nv.ByID, nv.Namespace
 			if len(nv.Mounts) > 0 {

@@ -87,10 +87,13 @@ func DefaultHousekeeping(numa []NUMANode) ([]int, error) {
 // from the cores that neither housekeeping nor a kept set touches. A core any of whose
 // siblings is housekeeping or already owned is never handed out (siblings are never split
 // between slots, nor between a slot and the host); cores left over stay with the host. So a
-// slot refilled beside kept ones gets the size it had, not the node's spare cores.
+// slot refilled beside kept ones gets the size it had, not the node's spare cores. expected
+// is how many slots each NUMA node is meant to hold (its GPUs, from discovery): the share is
+// divided by at least that many, so slots approved one at a time get the size they would get
+// approved together, and the first never takes the whole node.
 // Slots on a node the report does not know, or with no NUMA node, are an error naming the
 // slot, as is a node with fewer free cores than slots to fill.
-func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs) (map[int][]int, error) {
+func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs, expected map[int]int) (map[int][]int, error) {
 	byNode := map[int]NUMANode{}
 	for _, n := range numa {
 		byNode[n.Node] = n
@@ -147,7 +150,7 @@ func AssignHostCPUs(numa []NUMANode, housekeeping []int, slots []SlotCPUs) (map[
 				share++
 			}
 		}
-		per := min(share/onNode[n], len(free)/len(idx))
+		per := min(share/max(onNode[n], expected[n]), len(free)/len(idx))
 		if per == 0 {
 			return nil, fmt.Errorf("NUMA node %d has %d free cores (after housekeeping and other slots' CPUs) for %d slots %v: give the slots host_cpus or shrink the housekeeping set",
 				n, len(free), len(idx), idx)

@@ -88,7 +88,7 @@ func TestAssignHostCPUsProperties(t *testing.T) {
 	for seed := uint64(0); seed < 2000; seed++ {
 		r := rand.New(rand.NewPCG(seed, 31))
 		l := genLayout(r)
-		got, err := AssignHostCPUs(l.numa, l.housekeeping, l.slots)
+		got, err := AssignHostCPUs(l.numa, l.housekeeping, l.slots, nil)
 		desc := fmt.Sprintf("seed %d: numa %+v housekeeping %v slots %+v", seed, l.numa, l.housekeeping, l.slots)
 		if err != nil {
 			if !shortOfCores(l) {
@@ -199,7 +199,7 @@ func TestAssignHostCPUsH200(t *testing.T) {
 		n := i / 4
 		slots = append(slots, SlotCPUs{SlotIndex: i, NUMANode: &n})
 	}
-	got, err := AssignHostCPUs(numa, hk, slots)
+	got, err := AssignHostCPUs(numa, hk, slots, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +211,27 @@ func TestAssignHostCPUsH200(t *testing.T) {
 	}
 	if !reflect.DeepEqual(gotText, want) {
 		t.Fatalf("sets = %v\nwant %v", gotText, want)
+	}
+}
+
+// Slots approved one at a time get the sets they would get approved together: with four GPUs
+// expected on NUMA node 0, the first slot takes a quarter of the node's share, not all of it,
+// and the next still finds its quarter.
+func TestAssignHostCPUsOneAtATime(t *testing.T) {
+	numa := []NUMANode{{Node: 0, CPUs: "0-47,96-143"}}
+	for c := 0; c < 48; c++ {
+		numa[0].Cores = append(numa[0].Cores, fmt.Sprintf("%d,%d", c, c+96))
+	}
+	hk := []int{0, 96}
+	zero := 0
+	expected := map[int]int{0: 4}
+	first, err := AssignHostCPUs(numa, hk, []SlotCPUs{{SlotIndex: 2, NUMANode: &zero}}, expected)
+	if err != nil || cpuset.Format(first[2]) != "1-11,97-107" {
+		t.Fatalf("first slot alone = %v, %v; want 1-11,97-107 (a quarter)", cpuset.Format(first[2]), err)
+	}
+	second, err := AssignHostCPUs(numa, hk, []SlotCPUs{{SlotIndex: 2, NUMANode: &zero, HostCPUs: first[2]}, {SlotIndex: 0, NUMANode: &zero}}, expected)
+	if err != nil || cpuset.Format(second[0]) != "12-22,108-118" {
+		t.Fatalf("second slot = %v, %v; want 12-22,108-118", cpuset.Format(second[0]), err)
 	}
 }
 
@@ -227,7 +248,7 @@ func TestAssignHostCPUsRefusals(t *testing.T) {
 		{[]SlotCPUs{{SlotIndex: 4, NUMANode: &two}}, "slot 4 is on NUMA node 2, which discovery did not find"},
 		{[]SlotCPUs{{SlotIndex: 0, NUMANode: &zero}, {SlotIndex: 1, NUMANode: &zero}}, "NUMA node 0 has 1 free cores"},
 	} {
-		_, err := AssignHostCPUs(numa, nil, tc.slots)
+		_, err := AssignHostCPUs(numa, nil, tc.slots, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v; want %q", tc.slots, err, tc.want)
 		}

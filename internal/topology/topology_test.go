@@ -128,7 +128,7 @@ func TestSparseHostDegradesGracefully(t *testing.T) {
 		t.Fatalf("report = %+v", r)
 	}
 	got := strings.Join(r.Candidates[0].BlockingReasons, "\n")
-	for _, want := range []string{"NUMA node unknown", "bound to nvidia", "no IOMMU group", "no free NUMA-local NVMe", "no NUMA-local fabric"} {
+	for _, want := range []string{"NUMA node unknown", "bound to nvidia", "no IOMMU group", "no NVMe device found on this host", "no NUMA-local fabric"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("missing %q in:\n%s", want, got)
 		}
@@ -216,5 +216,37 @@ func TestDiscoverCoresPartitionTheNode(t *testing.T) {
 	got, _ := json.Marshal([]any{r.NUMA[0].Cores, r.NUMA[1].Cores})
 	if want := `[["0,4","1","2","3","5","6","7"],["8-9"]]`; string(got) != want {
 		t.Fatalf("cores = %s; want %s", got, want)
+	}
+}
+
+// TestPrintTableOnAHostWithoutNVMeOrFabric: a device kind that is absent is one line saying
+// so (no header-only table), each blocking reason has a line of its own, a GPU without NVMe
+// on a host with none says so, and a summary line counts the ready candidates.
+func TestPrintTableOnAHostWithoutNVMeOrFabric(t *testing.T) {
+	s := fixture.H200()
+	s.Disks, s.Fabrics, s.Fstab = nil, nil, nil
+	root := t.TempDir()
+	if err := fixture.Write(root, s); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Discover(hostfs.New(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := PrintTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"NVMe: no NVMe device found\n", "Fabric: no InfiniBand/RoCE device found\n",
+		"slot 0 is blocked:\n  - no NVMe device found on this host\n", "0 of 8 candidate slots ready\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "NVME") || strings.HasPrefix(line, "FABRIC") || strings.Count(line, ";") > 0 {
+			t.Errorf("line %q: a header-only table or reasons joined on one line", line)
+		}
 	}
 }
