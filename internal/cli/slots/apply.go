@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -70,6 +72,9 @@ func applyRun(ctx context.Context, opts *ApplyOptions) error {
 	if err != nil {
 		return err
 	}
+	for _, n := range m.Notes {
+		fmt.Fprintln(opts.IO.ErrOut, "note: "+n)
+	}
 	c, err := opts.Client()
 	if err != nil {
 		return err
@@ -86,6 +91,7 @@ func applyRun(ctx context.Context, opts *ApplyOptions) error {
 type SlotMap struct {
 	Slots            []apiv1.SlotSpec
 	HousekeepingCPUs *string
+	Notes            []string // what reading it left out, for the user (a listing's read-only fields)
 }
 
 // ReadSlotMap reads a YAML or JSON slot map's slots (see ReadSlotMapDoc).
@@ -104,6 +110,9 @@ func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
 		return out, err
 	}
 	if m, ok := doc.(map[string]any); ok {
+		if _, listed := m["items"]; listed && len(m) == 1 {
+			return fromList(m["items"], path)
+		}
 		var other []string
 		for k := range m {
 			if k != "slots" && k != "housekeeping_cpus" {
@@ -123,6 +132,57 @@ func ReadSlotMapDoc(in io.Reader, path string) (SlotMap, error) {
 		}
 		doc = m["slots"]
 	}
+	return decodeSlots(doc, path, out)
+}
+
+// fromList reads what `slots list -o yaml|json` prints ({items: [...]}) as the slot map it
+// shows: get, edit, apply, as kubectl does. Fields the controller reports but a map does not
+// set (id, status, allocation, ...) are left out with a note; disabled slots are left out
+// too (a slot missing from a map stays disabled), so the list applies unchanged.
+func fromList(items any, path string) (SlotMap, error) {
+	var out SlotMap
+	list, ok := items.([]any)
+	if !ok {
+		return out, cmdutil.InputErrorf("%s: items is not a list of slots", path)
+	}
+	writable := map[string]bool{}
+	t := reflect.TypeOf(apiv1.SlotSpec{})
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		writable[name] = true
+	}
+	ignored := map[string]bool{}
+	var kept []any
+	for _, it := range list {
+		sl, ok := it.(map[string]any)
+		if !ok {
+			return out, cmdutil.InputErrorf("%s: an item is not a slot", path)
+		}
+		if sl["status"] == "disabled" {
+			out.Notes = append(out.Notes, fmt.Sprintf("slot %v is disabled: left out of the map, so it stays disabled", sl["slot_index"]))
+			continue
+		}
+		for k := range sl {
+			if !writable[k] {
+				ignored[k] = true
+				delete(sl, k)
+			}
+		}
+		kept = append(kept, sl)
+	}
+	if len(ignored) > 0 {
+		names := make([]string, 0, len(ignored))
+		for k := range ignored {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		out.Notes = append(out.Notes, "read-only fields of the listing ignored: "+cmdutil.KeyNames(names))
+	}
+	return decodeSlots(kept, path, out)
+}
+
+// decodeSlots decodes a list of slots strictly into out.Slots.
+func decodeSlots(doc any, path string, out SlotMap) (SlotMap, error) {
 	items, ok := doc.([]any)
 	if !ok {
 		return out, cmdutil.InputErrorf("%s: not a slot map: want a list of slots or {slots: [...]}", path)
