@@ -15,6 +15,14 @@ import (
 // It reserves nothing. Admins get the ranked choices with their nodes; a tenant gets its own
 // answer (forTenant), never a host's identity or another tenant's occupancy.
 func (s *Service) Explain(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
+	switch {
+	case req.TenantID != "" && !store.IsUUID(req.TenantID):
+		return apiv1.PlacementExplain{}, invalid("tenant_id %q is not a tenant id", req.TenantID)
+	case actor.isAdmin() && req.TenantID != "":
+		actor.TenantID = req.TenantID // placed as that tenant: its dedicated nodes count
+	case !actor.isAdmin() && req.TenantID != "" && req.TenantID != actor.TenantID:
+		return apiv1.PlacementExplain{}, &apiv1.Error{Code: apiv1.CodeForbidden, Message: "tenants explain placements only for themselves"}
+	}
 	out, err := s.explain(ctx, actor, req)
 	if err != nil || actor.isAdmin() {
 		return out, err

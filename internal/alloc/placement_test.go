@@ -347,6 +347,28 @@ func TestTenantBoundary(t *testing.T) {
 	}
 }
 
+// An admin explains a placement as a tenant would get it (its private node included); a tenant
+// may name only itself; a tenant id that is not one is a clear refusal.
+func TestAdminExplainsAsATenant(t *testing.T) {
+	b := setup(t)
+	b.addNode("private-acme", 1, withTenant(b.tenant.TenantID))
+	req := apiv1.PlacementRequest{SKU: "h200-sxm-slice", GPUs: 1}
+	if ex, err := b.svc.Explain(b.ctx, b.admin, req); err != nil || ex.Feasible {
+		t.Fatalf("admin, no tenant: %+v %v (the only node is acme's)", ex, err)
+	}
+	req.TenantID = b.tenant.TenantID
+	if ex, err := b.svc.Explain(b.ctx, b.admin, req); err != nil || !ex.Feasible || ex.Choices[0].NodeName != "private-acme" {
+		t.Fatalf("admin as acme: %+v %v", ex, err)
+	}
+	if _, err := b.svc.Explain(b.ctx, b.other, req); err == nil {
+		t.Fatal("globex explained a placement as acme")
+	}
+	req.TenantID = "acme"
+	if _, err := b.svc.Explain(b.ctx, b.admin, req); err == nil || !strings.Contains(err.Error(), "not a tenant id") {
+		t.Fatalf("bad tenant id: %v", err)
+	}
+}
+
 func TestStaleHeartbeatExcluded(t *testing.T) {
 	b := setupWith(t, alloc.Config{HeartbeatMaxAge: time.Minute})
 	fresh := b.addNode("b-fresh", 1, withSlots(0))

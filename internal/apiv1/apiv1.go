@@ -400,6 +400,9 @@ type PlacementRequest struct {
 	SKU    string `json:"sku"`
 	GPUs   int    `json:"gpus"`
 	Region string `json:"region,omitempty"`
+	// TenantID: an admin asks as that tenant would be placed (its dedicated nodes count);
+	// a tenant may only name itself.
+	TenantID string `json:"tenant_id,omitempty"`
 }
 
 // PlacementChoice is one ranked candidate.

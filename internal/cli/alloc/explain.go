@@ -16,10 +16,11 @@ type ExplainOptions struct {
 	IO     cmdutil.IOStreams
 	Client func() (*client.Client, error)
 
-	SKU    string
-	GPUs   int
-	Region string
-	Output output.Format
+	SKU      string
+	GPUs     int
+	Region   string
+	TenantID string
+	Output   output.Format
 }
 
 // NewCmdExplain is `alloc explain`.
@@ -50,6 +51,7 @@ An infeasible request is a normal answer (Feasible: false, with the reason), exi
 	cmd.Flags().StringVar(&opts.SKU, "sku", "", "SKU")
 	cmd.Flags().IntVar(&opts.GPUs, "gpus", 0, "number of GPUs")
 	cmd.Flags().StringVar(&opts.Region, "region", "", "region (default: the context's region, else any)")
+	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant id (admins: place as that tenant would be, its dedicated nodes included)")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -59,7 +61,7 @@ func explainRun(ctx context.Context, opts *ExplainOptions) error {
 	if err != nil {
 		return err
 	}
-	ex, err := c.ExplainPlacement(ctx, apiv1.PlacementRequest{SKU: opts.SKU, GPUs: opts.GPUs, Region: opts.Region})
+	ex, err := c.ExplainPlacement(ctx, apiv1.PlacementRequest{SKU: opts.SKU, GPUs: opts.GPUs, Region: opts.Region, TenantID: opts.TenantID})
 	if err != nil {
 		return err
 	}

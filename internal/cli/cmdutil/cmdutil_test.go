@@ -216,3 +216,22 @@ func TestWatchWritesOnlyChanges(t *testing.T) {
 		t.Fatal("a too-short interval was accepted")
 	}
 }
+
+// TestUnquotedDigitsAreExplained: YAML reads an unquoted all-digit value as a number; the
+// error says to quote it, in our words, as an input error (no usage text).
+func TestUnquotedDigitsAreExplained(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "image.yaml")
+	if err := os.WriteFile(p, []byte("slug: x\ndigest_sha256: 1234567890123456789012345678901234567890123456789012345678901234\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Slug   string `json:"slug"`
+		Digest string `json:"digest_sha256"`
+	}
+	err := DecodeFile(nil, p, &v)
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "digest_sha256: YAML read its value as a number: quote it") || strings.Contains(err.Error(), "Go struct") {
+		t.Fatalf("unquoted digest: %v", err)
+	}
+}

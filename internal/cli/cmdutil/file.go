@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -104,6 +105,10 @@ func jsonErrorInOurWords(err error) string {
 		where := te.Field
 		if where == "" {
 			return fmt.Sprintf("the document is a %s where an object or list was expected", te.Value)
+		}
+		if te.Value == "number" && te.Type.Kind() == reflect.String {
+			// YAML reads an unquoted all-digit value (a digest, say) as a number.
+			return fmt.Sprintf("field %s: YAML read its value as a number: quote it (%s: \"...\")", where, where)
 		}
 		return fmt.Sprintf("field %s: a %s is not a %s", where, te.Value, te.Type.String())
 	}
