@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -135,6 +136,47 @@ func TestConcurrentCreatesOnAnEmptyFleetStayInWindows(t *testing.T) {
 	}
 	if st := b.svc.Stats(); st.FleetScans != 0 {
 		t.Fatalf("%d concurrent creates on 120 empty nodes ranked the whole fleet %d times (%d windows)", creates, st.FleetScans, st.Windows)
+	}
+	b.invariants()
+}
+
+// TestFullFleetUnderContentionNeverSaysRetry: 32 concurrent 1-GPU creates on 8 slots. Exactly
+// 8 succeed and the fleet is full, so no refusal may tell its client to retry: a retry cannot
+// succeed. (Requests that lost every race to concurrent ones used to say "retry".)
+func TestFullFleetUnderContentionNeverSaysRetry(t *testing.T) {
+	b := setup(t)
+	b.addNode("n0", 0)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	var retry []string
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.create(b.tenant, "h200-sxm-slice", 1)
+			mu.Lock()
+			defer mu.Unlock()
+			var ae *apiv1.Error
+			switch {
+			case err == nil:
+				ok++
+			case errors.As(err, &ae) && ae.Code == apiv1.CodeSKUUnavailable:
+				if ae.Details["retryable"] == true || strings.Contains(ae.Message, "retry") {
+					retry = append(retry, ae.Message)
+				}
+			default:
+				t.Errorf("refusal is not sku_unavailable: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 8 {
+		t.Fatalf("%d of 8 slots taken", ok)
+	}
+	t.Logf("%d refusals said retry", len(retry))
+	if len(retry) > 0 {
+		t.Fatalf("%d refusals on a full fleet said retry, e.g. %q", len(retry), retry[0])
 	}
 	b.invariants()
 }

@@ -76,6 +76,25 @@ func (f *inFlight) taken(id string, since time.Time) bool {
 	return ok && at.After(since)
 }
 
+// heldByOthers drops from cands the slots another reservation of this replica holds (own
+// are the slots the asking transaction locked itself, freed when it ends): they read as
+// available until that reservation ends, which nearly always commits them.
+func (f *inFlight) heldByOthers(cands []store.CandidateSlot, own []string) []store.CandidateSlot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mine := map[string]int{}
+	for _, id := range own {
+		mine[id]++
+	}
+	kept := cands[:0:0]
+	for _, c := range cands {
+		if f.slots[c.SlotID]-mine[c.SlotID] <= 0 {
+			kept = append(kept, c)
+		}
+	}
+	return kept
+}
+
 // hold records slots as locked by a reservation in progress.
 func (f *inFlight) hold(ids []string) {
 	f.mu.Lock()

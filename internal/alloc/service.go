@@ -413,7 +413,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 
 	var id string
 	attempts, lost := 0, 0
-	outcome, err := s.placeSlice(ctx, tx, r, look, func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error) {
+	try := func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error) {
 		// The best choice first; after a lost race the rest of its tier in random order, so
 		// concurrent requests scatter instead of convoying down the same list. Choices that
 		// need slots another request of this replica has locked go last (s.inflight).
@@ -484,19 +484,44 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 			return true, err
 		}
 		return false, nil // every choice here was taken: the next window
-	})
-	switch {
-	case err != nil:
-		return "", err
-	case id != "":
-		return id, nil
-	case attempts == 0:
-		// Diagnose on this transaction's connection: taking a second pooled connection while
-		// holding one can exhaust the pool under load.
-		return "", s.diagnose(r, outcome, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
 	}
-	return "", unavailable(apiv1.ReasonNoCapacity, fmt.Sprintf(
-		"all %d ranked placements were taken by concurrent requests; retry", lost), map[string]any{"retryable": true})
+	for round := 0; ; round++ {
+		attempts = 0
+		outcome, err := s.placeSlice(ctx, tx, r, look, try)
+		switch {
+		case err != nil:
+			return "", err
+		case id != "":
+			return id, nil
+		case attempts == 0:
+			// Diagnose on this transaction's connection: taking a second pooled connection while
+			// holding one can exhaust the pool under load.
+			return "", s.diagnose(r, outcome, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
+		}
+		// Every ranked placement went to concurrent requests. Whether anything is left once
+		// they are done decides the answer: look again, in a new statement (which sees what
+		// they committed), without the slots this replica's other reservations still hold.
+		// Nothing left: no capacity, and no "retry" (a retry cannot succeed). Something left:
+		// go round once more here, with fresh windows, before telling the client to retry.
+		cands, err := tx.SliceCandidates(ctx, s.query(r))
+		if err != nil {
+			return "", err
+		}
+		cands = s.inflight.heldByOthers(cands, held.locked)
+		topo, err := tx.NodeTopologies(ctx, nodeIDs(cands))
+		if err != nil {
+			return "", err
+		}
+		if again := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo)); len(again.Choices) == 0 {
+			return "", s.diagnose(r, again, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
+		}
+		if round == 1 {
+			return "", unavailable(apiv1.ReasonNoCapacity, fmt.Sprintf(
+				"all %d ranked placements were taken by concurrent requests, and capacity may remain once they finish; retry", lost),
+				map[string]any{"retryable": true})
+		}
+		look = store.CreateLookup{} // the next round reads its windows afresh
+	}
 }
 
 var errLostRace = errors.New("lost slot lock race")
