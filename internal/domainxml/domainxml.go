@@ -22,6 +22,9 @@ type Bundle struct {
 	GPUPCI      string // passthrough GPU (omitted in the lab)
 	FabricVFPCI string // passthrough fabric VF (omitted in the lab)
 	Disk        string // raw block device: the slot NVMe (by-id) or a loop device in the lab
+	// Serial is the disk's serial as the guest reads it (the slot's name for its disk);
+	// optional.
+	Serial string
 	// NUMANode is the slot's NUMA node: its guest cell. nil anywhere = unknown: no guest cells,
 	// no expander buses, no memory binding (rather than a wrong one).
 	NUMANode *int
@@ -66,7 +69,9 @@ var (
 	pciRE  = regexp.MustCompile(`^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$`)
 	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
-	ifRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
+	// serialRE is what libvirt's schema and a SCSI unit serial both take.
+	serialRE = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,20}$`)
+	ifRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
 )
 
 type domain struct {
@@ -212,6 +217,7 @@ type diskXML struct {
 	Driver   diskDriver  `xml:"driver"`
 	Source   diskSource  `xml:"source"`
 	Target   diskTarget  `xml:"target"`
+	Serial   string      `xml:"serial,omitempty"`
 	ReadOnly *struct{}   `xml:"readonly,omitempty"`
 	Boot     *bootOrder  `xml:"boot,omitempty"`
 	Address  *devAddress `xml:"address,omitempty"`
@@ -356,13 +362,16 @@ func Build(s Spec) ([]byte, error) {
 		if !safePath(b.Disk) || !strings.HasPrefix(b.Disk, "/dev/") {
 			return nil, fmt.Errorf("domainxml: slot disk %q must be a /dev block device", b.Disk)
 		}
+		if b.Serial != "" && !serialRE.MatchString(b.Serial) {
+			return nil, fmt.Errorf("domainxml: disk serial %q", b.Serial)
+		}
 		// One virtio-scsi controller per slot disk, on the slot's expander bus, served by the
 		// I/O thread (pinned to the housekeeping CPUs).
 		d.Devices.Controllers = append(d.Devices.Controllers, controller{Type: "scsi", Index: i, Model: "virtio-scsi",
 			Driver: &ctlDriver{IOThread: 1}, Address: lay.port(i, 0)})
 		disk := diskXML{Type: "block", Device: "disk",
 			Driver: diskDriver{Name: "qemu", Type: "raw", Cache: "none", IO: "native", Discard: "unmap", DetectZeros: "unmap"},
-			Source: diskSource{Dev: b.Disk}, Target: diskTarget{Dev: "sd" + string(rune('a'+i)), Bus: "scsi", RotationRate: 1},
+			Source: diskSource{Dev: b.Disk}, Target: diskTarget{Dev: "sd" + string(rune('a'+i)), Bus: "scsi", RotationRate: 1}, Serial: b.Serial,
 			Address: &devAddress{Type: "drive", Controller: strconv.Itoa(i), Bus: "0", Target: "0", Unit: "0"}}
 		if i == 0 {
 			disk.Boot = &bootOrder{Order: 1}

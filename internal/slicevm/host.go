@@ -597,6 +597,7 @@ func BuildDomain(in DomainInput) ([]byte, string, error) {
 	for i, b := range p.Bundles {
 		db := pl.bundles[i]
 		db.GPUPCI, db.FabricVFPCI, db.Disk = b.GPUPCI, b.FabricVFPCI, b.NVMeDevice
+		db.Serial = fmt.Sprintf("gpuaas-slot%d", b.SlotIndex) // the guest tells its slots' disks apart
 		if i < len(in.Disks) {
 			db.Disk = in.Disks[i]
 		}

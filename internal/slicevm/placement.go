@@ -97,7 +97,7 @@ func place(p *task.VMProvision, fs hostfs.FS, lab bool) (placement, error) {
 	var notes, unpinned, absentNodes []string
 	if lab {
 		if gone := minus(pl.hk, all); len(gone) > 0 {
-			notes = append(notes, fmt.Sprintf("housekeeping CPUs %s absent here: emulator threads on %s", cpuset.Format(gone), orAny(cpuset.Overlap(pl.hk, all))))
+			notes = append(notes, fmt.Sprintf("housekeeping CPUs %s absent here", cpuset.Format(gone)))
 			pl.hk = cpuset.Overlap(pl.hk, all)
 		}
 	} else {
