@@ -358,7 +358,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if domXML, placed, err = h.DomainXML(p, disks, filepath.Join(dir, "seed.iso"), filepath.Join(dir, "OVMF_VARS.fd")); err != nil {
 				return "", fmt.Errorf("domain: %w", err)
 			}
-			return detail + "; " + placed, nil
+			return detail + "; domain built from the plan", nil
 		}},
 		{"dhcp_reservation", func() (string, error) {
 			if err := h.cfg.DHCP.Reserve(dhcpd.Reservation{MAC: boot.MACAddress, IP: boot.PrivateIP, Hostname: hostname(p.AllocationID), AllocationID: p.AllocationID}); err != nil {

@@ -163,8 +163,15 @@ func place(p *task.VMProvision, fs hostfs.FS, lab bool) (placement, error) {
 			cells = cpuset.Union(cells, []int{*db.NUMANode})
 		}
 	}
-	parts := []string{fmt.Sprintf("%d vCPUs pinned to slot CPUs %s", total-unpinnedVCPUs(pl.bundles), orNone(pinned)),
-		"emulator and I/O threads on " + orAny(pl.hk), fmt.Sprintf("%d guest NUMA cell(s) for host node(s) %s", len(cells), orNone(cells))}
+	vcpuPart := "vCPUs not pinned"
+	if n := total - unpinnedVCPUs(pl.bundles); n > 0 {
+		vcpuPart = fmt.Sprintf("%d vCPUs pinned to slot CPUs %s", n, cpuset.Format(pinned))
+	}
+	cellPart := "no guest NUMA cells (a slot's NUMA node is unknown)"
+	if len(cells) > 0 && len(cells) == countKnown(p.Bundles) {
+		cellPart = fmt.Sprintf("%d guest NUMA cell(s) for host node(s) %s", len(cells), cpuset.Format(cells))
+	}
+	parts := []string{vcpuPart, "emulator and I/O threads on " + orAny(pl.hk), cellPart}
 	if lab {
 		parts = append(parts, fmt.Sprintf("lab host (%d NUMA node(s), CPUs %s)", len(nodes), cpuset.Format(all)))
 		parts = append(parts, notes...)
@@ -183,11 +190,17 @@ func unpinnedVCPUs(bs []domainxml.Bundle) int {
 	return n
 }
 
-func orNone(s []int) string {
-	if len(s) == 0 {
-		return "none"
+// countKnown is the number of distinct NUMA nodes of the bundles, or -1 when one is unknown
+// (domainxml then builds no cells).
+func countKnown(bs []task.Bundle) int {
+	seen := map[int]bool{}
+	for _, b := range bs {
+		if b.NUMANode == nil {
+			return -1
+		}
+		seen[*b.NUMANode] = true
 	}
-	return cpuset.Format(s)
+	return len(seen)
 }
 
 func orAny(s []int) string {
