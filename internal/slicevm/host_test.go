@@ -229,6 +229,28 @@ func TestBuildDomainRefusesBadPlans(t *testing.T) {
 	}
 }
 
+// The lab relaxes what its host lacks, never the plan itself: a slot with fewer CPUs than
+// vCPUs is refused there too, and a slot whose CPUs exist here is pinned to them.
+func TestLabKeepsThePlansOwnChecks(t *testing.T) {
+	p := plan()
+	p.Bundles[0].HostCPUs = "1"
+	if _, _, err := BuildDomain(DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "gpuaaslab0", Lab: true, FS: labTree(t)}); err == nil ||
+		!strings.Contains(err.Error(), "slot 0 has 24 vCPUs but host_cpus 1 holds 1 CPUs") {
+		t.Fatalf("lab over-subscription: %v", err)
+	}
+	p = plan()
+	p.Bundles = p.Bundles[:1]
+	p.Bundles[0].VCPUCount, p.Bundles[0].HostCPUs, p.HousekeepingCPUs = 1, "1", "0"
+	x, placed, err := BuildDomain(DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "gpuaaslab0", Lab: true, FS: labTree(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(x), `<vcpupin vcpu="0" cpuset="1">`) || !strings.Contains(string(x), `<emulatorpin cpuset="0">`) ||
+		!strings.HasPrefix(placed, "1 vCPUs pinned to slot CPUs 1; emulator and I/O threads on 0;") {
+		t.Fatalf("lab slot with CPUs on this host not pinned (%s):\n%s", placed, x)
+	}
+}
+
 func TestRecorderStatuses(t *testing.T) {
 	rec := &Recorder{}
 	if err := rec.RunDetail("a", func() (string, error) { return "did a", nil }); err != nil {

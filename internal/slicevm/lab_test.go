@@ -76,6 +76,7 @@ func newLabRig(t *testing.T) *labRig {
 	pid := os.Getpid()
 	bridge := fmt.Sprintf("gpnuma%d", pid%100000)
 	subnet := fmt.Sprintf("10.%d.%d.", 200+pid%50, (pid/50)%250)
+	_ = exec.Command("ip", "link", "del", bridge).Run() // the leftover of a killed run
 	run(t, "ip", "link", "add", bridge, "type", "bridge")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
 	run(t, "ip", "addr", "add", subnet+"1/24", "dev", bridge)
