@@ -24,7 +24,7 @@ func newDebugCmd(stdout io.Writer) *cobra.Command {
 prints the domain XML the libvirt runtime (or, with --lab, the lab runtime) would define.
 vCPU pinning reads the slots' NUMA CPU lists under --host-root. Nothing is defined.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(c *cobra.Command, _ []string) error {
 			raw, err := os.ReadFile(plan)
 			if err != nil {
 				return err
@@ -35,12 +35,15 @@ vCPU pinning reads the slots' NUMA CPU lists under --host-root. Nothing is defin
 			}
 			p := v.(*task.VMProvision)
 			dir := filepath.Join(dataDir, "slices", p.AllocationID)
-			xml, err := slicevm.BuildDomain(slicevm.DomainInput{Plan: p, SeedISO: filepath.Join(dir, "seed.iso"), NVRAM: filepath.Join(dir, "OVMF_VARS.fd"),
+			xml, placed, err := slicevm.BuildDomain(slicevm.DomainInput{Plan: p, SeedISO: filepath.Join(dir, "seed.iso"), NVRAM: filepath.Join(dir, "OVMF_VARS.fd"),
 				ConsoleLog: filepath.Join(dir, "console.log"), Lab: lab, Bridge: bridge, OVS: !lab, Loader: "/usr/share/OVMF/OVMF_CODE_4M.fd", FS: hostfs.New(root)})
 			if err != nil {
 				return fmt.Errorf("plan %s: %w", plan, err)
 			}
-			_, err = stdout.Write(xml)
+			if _, err = stdout.Write(xml); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(c.ErrOrStderr(), "placement: %s\n", placed)
 			return err
 		},
 	}

@@ -2,7 +2,11 @@
 // VM per allocation with N GPU + fabric VF passthrough pairs, N raw NVMe disks (the first
 // boots), the NoCloud seed as a CD-ROM, a NIC with the slot's MAC on the host bridge, UEFI
 // without Secure Boot, no graphics (console only through the terminal gateway), memory and
-// vCPUs summed over the bundles, NUMA-pinned memory (seed 000 "virt-install command shape").
+// vCPUs summed over the bundles (seed 000 "virt-install command shape"). Each slot's vCPUs are
+// pinned one to one onto the slot's own host CPUs, the emulator and I/O threads onto the host's
+// housekeeping CPUs, and memory strictly to the slots' NUMA nodes; the guest gets one NUMA cell
+// per host node its slots sit on, and each slot's devices hang under a PCIe expander bus bound
+// to that cell (layout.go), so the guest sees which GPU and disk are near which vCPUs.
 package domainxml
 
 import (
@@ -13,12 +17,26 @@ import (
 	"strings"
 )
 
-// Bundle is one slot's devices.
+// Bundle is one slot's devices and its share of the VM.
 type Bundle struct {
 	GPUPCI      string // passthrough GPU (omitted in the lab)
 	FabricVFPCI string // passthrough fabric VF (omitted in the lab)
 	Disk        string // raw block device: the slot NVMe (by-id) or a loop device in the lab
-	NUMANode    *int
+	// Serial is the disk's serial as the guest reads it (the slot's name for its disk);
+	// optional.
+	Serial string
+	// NUMANode is the slot's NUMA node: its guest cell. nil anywhere = unknown: no guest cells,
+	// no expander buses, no memory binding (rather than a wrong one).
+	NUMANode *int
+	// MemoryNode is the host node the slot's cell memory is bound to (strict): NUMANode, or nil
+	// where the host lacks that node (the lab only).
+	MemoryNode *int
+	// VCPUs and MemoryMiB are the slot's share of the VM; all zero = Spec's totals split evenly.
+	VCPUs     int
+	MemoryMiB int
+	// CPUs are the slot's host CPUs: its vCPUs are pinned one to one onto the first VCPUs of
+	// them. Fewer CPUs than vCPUs is refused; empty = the slot's vCPUs are not pinned.
+	CPUs []int
 }
 
 // Spec is everything the domain needs.
@@ -39,9 +57,9 @@ type Spec struct {
 	// LabOffloadOff turns NIC checksum/segmentation offloads off (LAB.md: OVS netdev
 	// datapath drops DHCP and TCP otherwise).
 	LabOffloadOff bool
-	// PinCPUs are host CPUs for vCPU i (len == VCPUs), derived from the slots' NUMA CPU
-	// lists by PinFromCPUList; empty = no pinning.
-	PinCPUs []int
+	// HousekeepingCPUs take the emulator and I/O threads, off every slot's CPUs; empty = not
+	// pinned.
+	HousekeepingCPUs []int
 	// ConsoleLog, when set, keeps a copy of the serial console in this file (readiness
 	// failures quote its tail; the console itself stays pty-only, no graphics).
 	ConsoleLog string
@@ -51,7 +69,9 @@ var (
 	pciRE  = regexp.MustCompile(`^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$`)
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$`)
 	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
-	ifRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
+	// serialRE is what libvirt's schema and a SCSI unit serial both take.
+	serialRE = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,20}$`)
+	ifRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$`)
 )
 
 type domain struct {
@@ -62,6 +82,7 @@ type domain struct {
 	Memory        unitValue      `xml:"memory"`
 	MemoryBacking *memoryBacking `xml:"memoryBacking,omitempty"`
 	VCPU          vcpu           `xml:"vcpu"`
+	IOThreads     int            `xml:"iothreads,omitempty"`
 	NUMATune      *numaTune      `xml:"numatune,omitempty"`
 	OS            osXML          `xml:"os"`
 	Features      features       `xml:"features"`
@@ -89,6 +110,12 @@ type numaTune struct {
 		Mode    string `xml:"mode,attr"`
 		Nodeset string `xml:"nodeset,attr"`
 	} `xml:"memory"`
+	Memnodes []memnode `xml:"memnode"`
+}
+type memnode struct {
+	CellID  int    `xml:"cellid,attr"`
+	Mode    string `xml:"mode,attr"`
+	Nodeset string `xml:"nodeset,attr"`
 }
 type osXML struct {
 	Firmware string    `xml:"firmware,attr,omitempty"`
@@ -116,15 +143,34 @@ type features struct {
 	APIC *struct{} `xml:"apic"`
 }
 type cpuXML struct {
-	Mode  string    `xml:"mode,attr"`
+	Mode  string    `xml:"mode,attr,omitempty"`
 	Check string    `xml:"check,attr,omitempty"`
 	Cache *cacheXML `xml:"cache,omitempty"`
+	NUMA  *numaXML  `xml:"numa,omitempty"`
+}
+type numaXML struct {
+	Cells []cellXML `xml:"cell"`
+}
+type cellXML struct {
+	ID     int    `xml:"id,attr"`
+	CPUs   string `xml:"cpus,attr"`
+	Memory int    `xml:"memory,attr"`
+	Unit   string `xml:"unit,attr"`
 }
 type cacheXML struct {
 	Mode string `xml:"mode,attr"`
 }
 type cpuTune struct {
-	Pins []vcpuPin `xml:"vcpupin"`
+	Pins        []vcpuPin     `xml:"vcpupin"`
+	EmulatorPin *cpusetAttr   `xml:"emulatorpin,omitempty"`
+	IOThreadPin []iothreadPin `xml:"iothreadpin"`
+}
+type cpusetAttr struct {
+	CPUSet string `xml:"cpuset,attr"`
+}
+type iothreadPin struct {
+	IOThread int    `xml:"iothread,attr"`
+	CPUSet   string `xml:"cpuset,attr"`
 }
 type vcpuPin struct {
 	VCPU   int    `xml:"vcpu,attr"`
@@ -139,18 +185,42 @@ type devices struct {
 	Console     console      `xml:"console"`
 }
 type controller struct {
-	Type  string `xml:"type,attr"`
-	Index int    `xml:"index,attr"`
-	Model string `xml:"model,attr"`
+	Type    string      `xml:"type,attr"`
+	Index   int         `xml:"index,attr"`
+	Model   string      `xml:"model,attr"`
+	Driver  *ctlDriver  `xml:"driver,omitempty"`
+	Target  *ctlTarget  `xml:"target,omitempty"`
+	Address *devAddress `xml:"address,omitempty"`
+}
+type ctlDriver struct {
+	IOThread int `xml:"iothread,attr"`
+}
+type ctlTarget struct {
+	BusNr int `xml:"busNr,attr"`
+	Node  int `xml:"node"`
+}
+
+// devAddress is a device's place in the guest: a PCI slot (type pci) or a SCSI unit (drive).
+type devAddress struct {
+	Type       string `xml:"type,attr"`
+	Domain     string `xml:"domain,attr,omitempty"`
+	Bus        string `xml:"bus,attr"`
+	Slot       string `xml:"slot,attr,omitempty"`
+	Function   string `xml:"function,attr,omitempty"`
+	Controller string `xml:"controller,attr,omitempty"`
+	Target     string `xml:"target,attr,omitempty"`
+	Unit       string `xml:"unit,attr,omitempty"`
 }
 type diskXML struct {
-	Type     string     `xml:"type,attr"`
-	Device   string     `xml:"device,attr"`
-	Driver   diskDriver `xml:"driver"`
-	Source   diskSource `xml:"source"`
-	Target   diskTarget `xml:"target"`
-	ReadOnly *struct{}  `xml:"readonly,omitempty"`
-	Boot     *bootOrder `xml:"boot,omitempty"`
+	Type     string      `xml:"type,attr"`
+	Device   string      `xml:"device,attr"`
+	Driver   diskDriver  `xml:"driver"`
+	Source   diskSource  `xml:"source"`
+	Target   diskTarget  `xml:"target"`
+	Serial   string      `xml:"serial,omitempty"`
+	ReadOnly *struct{}   `xml:"readonly,omitempty"`
+	Boot     *bootOrder  `xml:"boot,omitempty"`
+	Address  *devAddress `xml:"address,omitempty"`
 }
 type diskDriver struct {
 	Name        string `xml:"name,attr"`
@@ -208,6 +278,7 @@ type hostdev struct {
 	Type    string        `xml:"type,attr"`
 	Managed string        `xml:"managed,attr"`
 	Source  hostdevSource `xml:"source"`
+	Address *devAddress   `xml:"address,omitempty"`
 }
 type hostdevSource struct {
 	Address pciAddr `xml:"address"`
@@ -260,20 +331,23 @@ func Build(s Spec) ([]byte, error) {
 	case !safePath(s.SeedISO) || (s.LoaderPath != "" && !safePath(s.LoaderPath)) || (s.NVRAMPath != "" && !safePath(s.NVRAMPath)) || (s.ConsoleLog != "" && !safePath(s.ConsoleLog)):
 		return nil, fmt.Errorf("domainxml: seed/loader/nvram paths must be absolute and clean")
 	}
+	lay, err := plan(s)
+	if err != nil {
+		return nil, err
+	}
 	d := domain{Type: "kvm", Name: s.Name, UUID: s.UUID, Memory: unitValue{"MiB", s.MemoryMiB},
-		VCPU: vcpu{"static", s.VCPUs}, OnPoweroff: "destroy", OnReboot: "restart", OnCrash: "destroy",
+		VCPU: vcpu{"static", s.VCPUs}, IOThreads: 1, OnPoweroff: "destroy", OnReboot: "restart", OnCrash: "destroy",
 		CPU: &cpuXML{Mode: "host-passthrough", Check: "none", Cache: &cacheXML{Mode: "passthrough"}}, Features: features{ACPI: &struct{}{}, APIC: &struct{}{}}}
 	if s.Emulated {
 		d.Type, d.CPU = "qemu", nil // no KVM here: software emulation, default CPU model
 	}
-	if len(s.PinCPUs) > 0 {
-		if len(s.PinCPUs) != s.VCPUs {
-			return nil, fmt.Errorf("domainxml: %d pinned CPUs for %d vCPUs", len(s.PinCPUs), s.VCPUs)
+	d.CPUTune = lay.cpuTune()
+	if len(lay.cells) > 0 {
+		if d.CPU == nil {
+			d.CPU = &cpuXML{}
 		}
-		d.CPUTune = &cpuTune{}
-		for i, c := range s.PinCPUs {
-			d.CPUTune.Pins = append(d.CPUTune.Pins, vcpuPin{VCPU: i, CPUSet: strconv.Itoa(c)})
-		}
+		d.CPU.NUMA = lay.guestCells()
+		d.NUMATune = lay.numaTune()
 	}
 	if s.Hugepages {
 		d.MemoryBacking = &memoryBacking{Hugepages: &struct{}{}}
@@ -283,18 +357,22 @@ func Build(s Spec) ([]byte, error) {
 		d.OS.Loader = &loader{Readonly: "yes", Secure: "no", Type: "pflash", Path: s.LoaderPath}
 		d.OS.NVRAM = s.NVRAMPath
 	}
-	if nodes := numaNodes(s.Bundles); nodes != "" {
-		d.NUMATune = &numaTune{}
-		d.NUMATune.Memory.Mode, d.NUMATune.Memory.Nodeset = "strict", nodes
-	}
-	d.Devices.Controllers = []controller{{Type: "scsi", Index: 0, Model: "virtio-scsi"}}
+	d.Devices.Controllers = lay.busControllers()
 	for i, b := range s.Bundles {
 		if !safePath(b.Disk) || !strings.HasPrefix(b.Disk, "/dev/") {
 			return nil, fmt.Errorf("domainxml: slot disk %q must be a /dev block device", b.Disk)
 		}
+		if b.Serial != "" && !serialRE.MatchString(b.Serial) {
+			return nil, fmt.Errorf("domainxml: disk serial %q", b.Serial)
+		}
+		// One virtio-scsi controller per slot disk, on the slot's expander bus, served by the
+		// I/O thread (pinned to the housekeeping CPUs).
+		d.Devices.Controllers = append(d.Devices.Controllers, controller{Type: "scsi", Index: i, Model: "virtio-scsi",
+			Driver: &ctlDriver{IOThread: 1}, Address: lay.port(i, 0)})
 		disk := diskXML{Type: "block", Device: "disk",
 			Driver: diskDriver{Name: "qemu", Type: "raw", Cache: "none", IO: "native", Discard: "unmap", DetectZeros: "unmap"},
-			Source: diskSource{Dev: b.Disk}, Target: diskTarget{Dev: "sd" + string(rune('a'+i)), Bus: "scsi", RotationRate: 1}}
+			Source: diskSource{Dev: b.Disk}, Target: diskTarget{Dev: "sd" + string(rune('a'+i)), Bus: "scsi", RotationRate: 1}, Serial: b.Serial,
+			Address: &devAddress{Type: "drive", Controller: strconv.Itoa(i), Bus: "0", Target: "0", Unit: "0"}}
 		if i == 0 {
 			disk.Boot = &bootOrder{Order: 1}
 		}
@@ -302,13 +380,14 @@ func Build(s Spec) ([]byte, error) {
 		if s.Emulated {
 			continue // the lab has no devices to pass through; said so in the provision output
 		}
-		for _, a := range []string{b.GPUPCI, b.FabricVFPCI} {
+		for j, a := range []string{b.GPUPCI, b.FabricVFPCI} {
 			addr, err := pci(a)
 			if err != nil {
 				return nil, err
 			}
 			// managed='no': hostd keeps GPUs and VFs on vfio-pci itself (seed 001).
-			d.Devices.Hostdevs = append(d.Devices.Hostdevs, hostdev{Mode: "subsystem", Type: "pci", Managed: "no", Source: hostdevSource{addr}})
+			d.Devices.Hostdevs = append(d.Devices.Hostdevs, hostdev{Mode: "subsystem", Type: "pci", Managed: "no", Source: hostdevSource{addr},
+				Address: lay.port(i, 1+j)})
 		}
 	}
 	d.Devices.Disks = append(d.Devices.Disks, diskXML{Type: "file", Device: "cdrom", Driver: diskDriver{Name: "qemu", Type: "raw"},
@@ -331,56 +410,4 @@ func Build(s Spec) ([]byte, error) {
 		return nil, err
 	}
 	return append(out, '\n'), nil
-}
-
-// numaNodes is the sorted, de-duplicated NUMA nodeset of the bundles ("" if any is unknown).
-func numaNodes(bs []Bundle) string {
-	seen := map[int]bool{}
-	var nodes []string
-	for _, b := range bs {
-		if b.NUMANode == nil {
-			return ""
-		}
-		if !seen[*b.NUMANode] {
-			seen[*b.NUMANode] = true
-			nodes = append(nodes, strconv.Itoa(*b.NUMANode))
-		}
-	}
-	return strings.Join(nodes, ",")
-}
-
-// PinFromCPUList picks n host CPUs from NUMA CPU lists (sysfs form "0-47,96-143"), in order,
-// taking from each slot's NUMA list in turn, so vCPUs land on the GPUs' NUMA nodes. It fails
-// when the lists hold fewer than n CPUs rather than over-subscribing silently.
-func PinFromCPUList(lists []string, n int) ([]int, error) {
-	seen := map[int]bool{}
-	var all []int
-	for _, l := range lists {
-		for _, part := range strings.Split(strings.TrimSpace(l), ",") {
-			if part == "" {
-				continue
-			}
-			lo, hi, isRange := strings.Cut(part, "-")
-			a, err := strconv.Atoi(lo)
-			if err != nil {
-				return nil, fmt.Errorf("domainxml: cpu list %q", l)
-			}
-			b := a
-			if isRange {
-				if b, err = strconv.Atoi(hi); err != nil || b < a {
-					return nil, fmt.Errorf("domainxml: cpu list %q", l)
-				}
-			}
-			for c := a; c <= b; c++ {
-				if !seen[c] {
-					seen[c] = true
-					all = append(all, c)
-				}
-			}
-		}
-	}
-	if len(all) < n {
-		return nil, fmt.Errorf("domainxml: %d vCPUs requested but the slots' NUMA nodes have %d CPUs", n, len(all))
-	}
-	return all[:n], nil
 }

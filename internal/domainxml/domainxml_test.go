@@ -1,7 +1,6 @@
 package domainxml
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +13,13 @@ func numa(n int) *int { return &n }
 func prod() Spec {
 	return Spec{Name: "gpuaas-0c989b43", VCPUs: 48, MemoryMiB: 131072, Hugepages: true,
 		Bundles: []Bundle{
-			{GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", Disk: "/dev/disk/by-id/nvme-eui.0025388b01000001", NUMANode: numa(0)},
-			{GPUPCI: "0000:3c:00.0", FabricVFPCI: "0000:3a:00.2", Disk: "/dev/disk/by-id/nvme-eui.0025388b01000002", NUMANode: numa(0)},
+			{GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", Disk: "/dev/disk/by-id/nvme-eui.0025388b01000001", NUMANode: numa(0), MemoryNode: numa(0),
+				VCPUs: 24, MemoryMiB: 65536, CPUs: span(2, 13, 98, 109)},
+			{GPUPCI: "0000:3c:00.0", FabricVFPCI: "0000:3a:00.2", Disk: "/dev/disk/by-id/nvme-eui.0025388b01000002", NUMANode: numa(0), MemoryNode: numa(0),
+				VCPUs: 24, MemoryMiB: 65536, CPUs: span(14, 25, 110, 121)},
 		},
-		SeedISO: "/var/lib/gpuaas/slices/0c989b43/seed.iso", MAC: "52:54:00:01:00:00", Bridge: "ovsbr0", OVS: true,
+		HousekeepingCPUs: []int{0, 1, 96, 97},
+		SeedISO:          "/var/lib/gpuaas/slices/0c989b43/seed.iso", MAC: "52:54:00:01:00:00", Bridge: "ovsbr0", OVS: true,
 		LoaderPath: "/usr/share/OVMF/OVMF_CODE_4M.fd", NVRAMPath: "/var/lib/gpuaas/slices/0c989b43/OVMF_VARS.fd"}
 }
 
@@ -40,23 +42,32 @@ func validate(t *testing.T, x []byte) {
 	}
 }
 
-func TestProductionDomain(t *testing.T) {
-	spec := prod()
-	pins, err := PinFromCPUList([]string{"0-23,96-119"}, 48)
-	if err != nil {
-		t.Fatal(err)
+// span is the CPUs a..b and c..d (a slot's cores and their SMT siblings).
+func span(a, b, c, d int) []int {
+	var out []int
+	for _, r := range [][2]int{{a, b}, {c, d}} {
+		for x := r[0]; x <= r[1]; x++ {
+			out = append(out, x)
+		}
 	}
-	spec.PinCPUs = pins
-	x, err := Build(spec)
+	return out
+}
+
+func TestProductionDomain(t *testing.T) {
+	x, err := Build(prod())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(x)
-	if !strings.Contains(s, `<vcpupin vcpu="0" cpuset="0">`) || !strings.Contains(s, `<vcpupin vcpu="47" cpuset="119">`) || !strings.Contains(s, `<cache mode="passthrough">`) {
-		t.Error("domain lacks NUMA-derived vCPU pinning or cache passthrough")
+	// Slot 0's 24 vCPUs on its own CPUs 2-13,98-109, slot 1's on 14-25,110-121: never CPU 0.
+	if !strings.Contains(s, `<vcpupin vcpu="0" cpuset="2">`) || !strings.Contains(s, `<vcpupin vcpu="23" cpuset="109">`) ||
+		!strings.Contains(s, `<vcpupin vcpu="24" cpuset="14">`) || !strings.Contains(s, `<vcpupin vcpu="47" cpuset="121">`) || !strings.Contains(s, `<cache mode="passthrough">`) {
+		t.Error("domain lacks per-slot vCPU pinning or cache passthrough")
 	}
 	for _, want := range []string{`<domain type="kvm">`, `<memory unit="MiB">131072</memory>`, `<vcpu placement="static">48</vcpu>`,
-		`<cpu mode="host-passthrough"`, `<hugepages></hugepages>`, `nodeset="0"`, `secure="no"`,
+		`<cpu mode="host-passthrough"`, `<hugepages></hugepages>`, `<memory mode="strict" nodeset="0">`, `secure="no"`,
+		`<emulatorpin cpuset="0-1,96-97">`, `<iothreadpin iothread="1" cpuset="0-1,96-97">`, `<iothreads>1</iothreads>`,
+		`<cell id="0" cpus="0-47" memory="131072" unit="MiB">`, `model="pcie-expander-bus"`,
 		`<address domain="0x0000" bus="0x1b" slot="0x00" function="0x0">`, `<address domain="0x0000" bus="0x3a" slot="0x00" function="0x2">`,
 		`managed="no"`, `<source dev="/dev/disk/by-id/nvme-eui.0025388b01000002">`, `discard="unmap"`, `<virtualport type="openvswitch">`,
 		`<mac address="52:54:00:01:00:00">`, `device="cdrom"`, `<boot order="1">`} {
@@ -78,6 +89,7 @@ func TestLabDomainIsEmulatedWithoutPassthrough(t *testing.T) {
 	s.Emulated, s.OVS, s.LabOffloadOff, s.Hugepages = true, false, true, false
 	s.Bridge = "gpuaasbr0"
 	s.Bundles = []Bundle{{Disk: "/dev/loop7", NUMANode: numa(0)}}
+	s.HousekeepingCPUs = nil
 	x, err := Build(s)
 	if err != nil {
 		t.Fatal(err)
@@ -109,24 +121,12 @@ func TestBadSpecsRefused(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	// Unknown NUMA anywhere: no numatune rather than a wrong one.
+	// Unknown NUMA anywhere: no numatune, guest cells or expander buses rather than wrong ones.
 	s := prod()
-	s.Bundles[1].NUMANode = nil
+	s.Bundles[1].NUMANode, s.Bundles[1].MemoryNode = nil, nil
 	x, err := Build(s)
-	if err != nil || strings.Contains(string(x), "numatune") {
-		t.Fatalf("unknown NUMA: %v", err)
+	if err != nil || strings.Contains(string(x), "numatune") || strings.Contains(string(x), "<cell") || strings.Contains(string(x), "expander") {
+		t.Fatalf("unknown NUMA: %v\n%s", err, x)
 	}
-}
-
-func TestPinFromCPUList(t *testing.T) {
-	got, err := PinFromCPUList([]string{"0-2,8", "4-5"}, 5)
-	if err != nil || fmt.Sprint(got) != "[0 1 2 8 4]" {
-		t.Fatalf("pins = %v %v", got, err)
-	}
-	if _, err := PinFromCPUList([]string{"0-3"}, 24); err == nil {
-		t.Fatal("over-subscription accepted")
-	}
-	if _, err := PinFromCPUList([]string{"3-1"}, 1); err == nil {
-		t.Fatal("bad range accepted")
-	}
+	validate(t, x)
 }

@@ -196,6 +196,8 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 	var (
 		imagePath, pubKey, token string
 		disks                    []string
+		domXML                   []byte
+		placed                   string
 		alreadyRunning           bool
 		signer                   ssh.Signer
 		started                  time.Time
@@ -347,7 +349,16 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if disks, err = h.validateDisks(p.Bundles); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("bridge %s; disks %s unmounted", h.cfg.Bridge, strings.Join(disks, ", ")), nil
+			detail := fmt.Sprintf("bridge %s; disks %s unmounted", h.cfg.Bridge, strings.Join(disks, ", "))
+			if alreadyRunning {
+				return detail, nil
+			}
+			// The domain is built (CPU sets checked against the host) before any disk is
+			// written: a plan that would over-subscribe or float fails here.
+			if domXML, placed, err = h.DomainXML(p, disks, filepath.Join(dir, "seed.iso"), filepath.Join(dir, "OVMF_VARS.fd")); err != nil {
+				return "", fmt.Errorf("domain: %w", err)
+			}
+			return detail + "; domain built from the plan", nil
 		}},
 		{"dhcp_reservation", func() (string, error) {
 			if err := h.cfg.DHCP.Reserve(dhcpd.Reservation{MAC: boot.MACAddress, IP: boot.PrivateIP, Hostname: hostname(p.AllocationID), AllocationID: p.AllocationID}); err != nil {
@@ -373,14 +384,10 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if alreadyRunning {
 				return "", Skip("domain already running (retried task)")
 			}
-			xml, err := h.DomainXML(p, disks, filepath.Join(dir, "seed.iso"), filepath.Join(dir, "OVMF_VARS.fd"))
-			if err != nil {
-				return "", err
-			}
 			if err := copyFile(h.cfg.VarsTemplate, filepath.Join(dir, "OVMF_VARS.fd"), 0o600); err != nil {
 				return "", fmt.Errorf("UEFI variable store: %w", err)
 			}
-			if err := h.cfg.Hypervisor.Define(string(xml)); err != nil {
+			if err := h.cfg.Hypervisor.Define(string(domXML)); err != nil {
 				return "", err
 			}
 			cleanup = append(cleanup, func() { h.destroyAndUndefine(out.VMName) })
@@ -388,7 +395,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if err := h.cfg.Hypervisor.Start(out.VMName); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%s defined and started (%d disks)", out.VMName, len(disks)), nil
+			return fmt.Sprintf("%s defined and started (%d disks); %s", out.VMName, len(disks), placed), nil
 		}},
 		{"readiness", func() (string, error) {
 			return h.readiness(ctx, p, signer, started, dir)
@@ -538,9 +545,11 @@ func (h *Host) destroyAndUndefine(name string) {
 	_ = h.cfg.Hypervisor.Undefine(name)
 }
 
-// DomainXML builds the domain of a plan: production (KVM, passthrough, pinning, numatune)
-// or lab (emulated, no passthrough, Linux bridge).
-func (h *Host) DomainXML(p *task.VMProvision, disks []string, seedISO, nvram string) ([]byte, error) {
+// DomainXML builds the domain of a plan: production (KVM, passthrough, per-slot pinning,
+// strict memory binding, guest NUMA cells) or lab (emulated, no passthrough, Linux bridge,
+// binding and pinning only to what the lab host has). The summary says where vCPUs, threads
+// and memory went.
+func (h *Host) DomainXML(p *task.VMProvision, disks []string, seedISO, nvram string) ([]byte, string, error) {
 	return BuildDomain(DomainInput{Plan: p, Disks: disks, SeedISO: seedISO, NVRAM: nvram, Lab: h.cfg.Lab, ConsoleLog: filepath.Join(filepath.Dir(seedISO), "console.log"),
 		Bridge: h.cfg.Bridge, OVS: h.cfg.OVS, Loader: h.cfg.LoaderPath, FS: h.cfg.FS})
 }
@@ -557,60 +566,45 @@ type DomainInput struct {
 	Bridge     string
 	OVS        bool
 	Loader     string
-	FS         hostfs.FS // for NUMA CPU lists (/sys/devices/system/node/nodeN/cpulist)
+	FS         hostfs.FS // the host's NUMA nodes and their CPUs (/sys/devices/system/node)
 }
 
 // BuildDomain turns a plan into domain XML: memory and vCPUs summed across slots (the
-// profile's when the slots carry none), vCPUs pinned to the slots' NUMA nodes, hugepages when
-// the profile asks.
-func BuildDomain(in DomainInput) ([]byte, error) {
+// profile's, split evenly, when the slots carry none), each slot's vCPUs pinned to its own
+// host CPUs, emulator and I/O threads to the housekeeping CPUs, memory bound strictly per
+// guest NUMA cell, hugepages when the profile asks. It returns the placement summary too.
+func BuildDomain(in DomainInput) ([]byte, string, error) {
 	p := in.Plan
 	if err := validatePlan(p.Bundles); err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	pl, err := place(p, in.FS, in.Lab)
+	if err != nil {
+		return nil, "", err
 	}
 	vcpus, mem := 0, 0
-	for _, b := range p.Bundles {
-		vcpus += b.VCPUCount
+	for i, b := range p.Bundles {
+		vcpus += pl.bundles[i].VCPUs
 		mem += b.MemoryMiB
-	}
-	if vcpus == 0 {
-		vcpus = p.Profile.VCPUCount
 	}
 	if mem == 0 {
 		mem = p.Profile.MemoryMiB
 	}
 	spec := domainxml.Spec{Name: VMName(p.AllocationID), VCPUs: vcpus, MemoryMiB: mem, SeedISO: in.SeedISO,
 		MAC: p.Bundles[0].MACAddress, Bridge: in.Bridge, OVS: in.OVS && !in.Lab, Emulated: in.Lab, LabOffloadOff: in.Lab,
-		LoaderPath: in.Loader, NVRAMPath: in.NVRAM, ConsoleLog: in.ConsoleLog, Hugepages: wantsHugepages(p.Profile.Hugepages) && !in.Lab}
-	var cpuLists []string
-	seen := map[int]bool{}
+		LoaderPath: in.Loader, NVRAMPath: in.NVRAM, ConsoleLog: in.ConsoleLog, Hugepages: wantsHugepages(p.Profile.Hugepages) && !in.Lab,
+		HousekeepingCPUs: pl.hk}
 	for i, b := range p.Bundles {
-		d := b.NVMeDevice
+		db := pl.bundles[i]
+		db.GPUPCI, db.FabricVFPCI, db.Disk = b.GPUPCI, b.FabricVFPCI, b.NVMeDevice
+		db.Serial = fmt.Sprintf("gpuaas-slot%d", b.SlotIndex) // the guest tells its slots' disks apart
 		if i < len(in.Disks) {
-			d = in.Disks[i]
-		}
-		db := domainxml.Bundle{GPUPCI: b.GPUPCI, FabricVFPCI: b.FabricVFPCI, Disk: d}
-		if !in.Lab {
-			db.NUMANode = b.NUMANode
-			if b.NUMANode != nil && !seen[*b.NUMANode] {
-				seen[*b.NUMANode] = true
-				l, err := in.FS.ReadFile(fmt.Sprintf("/sys/devices/system/node/node%d/cpulist", *b.NUMANode))
-				if err != nil {
-					return nil, fmt.Errorf("NUMA node %d CPU list: %w", *b.NUMANode, err)
-				}
-				cpuLists = append(cpuLists, string(l))
-			}
+			db.Disk = in.Disks[i]
 		}
 		spec.Bundles = append(spec.Bundles, db)
 	}
-	if len(cpuLists) > 0 {
-		pins, err := domainxml.PinFromCPUList(cpuLists, vcpus)
-		if err != nil {
-			return nil, err
-		}
-		spec.PinCPUs = pins
-	}
-	return domainxml.Build(spec)
+	x, err := domainxml.Build(spec)
+	return x, pl.summary, err
 }
 
 func wantsHugepages(raw json.RawMessage) bool {

@@ -1,6 +1,7 @@
 package slicevm
 
 import (
+	"encoding/xml"
 	"errors"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/internal/cpuset"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/leases"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -22,10 +24,11 @@ func plan() *task.VMProvision {
 		Image:   task.Image{Slug: "ubuntu", Username: "ubuntu", DigestSHA256: strings.Repeat("a", 64)},
 		Bundles: []task.Bundle{
 			{SlotID: "s0", SlotIndex: 0, GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2", NVMeDevice: "/dev/disk/by-id/nvme-eui.0000000000020000",
-				NUMANode: numa(0), MACAddress: "52:54:00:01:00:00", PrivateIP: "10.100.0.10", VCPUCount: 24, MemoryMiB: 65536},
+				NUMANode: numa(0), MACAddress: "52:54:00:01:00:00", PrivateIP: "10.100.0.10", VCPUCount: 24, MemoryMiB: 65536, HostCPUs: "1-12,97-108"},
 			{SlotID: "s1", SlotIndex: 1, GPUPCI: "0000:3c:00.0", FabricVFPCI: "0000:3a:00.2", NVMeDevice: "/dev/disk/by-id/nvme-eui.0000000000020001",
-				NUMANode: numa(0), MACAddress: "52:54:00:01:00:01", PrivateIP: "10.100.0.11", VCPUCount: 24, MemoryMiB: 65536},
-		}}
+				NUMANode: numa(0), MACAddress: "52:54:00:01:00:01", PrivateIP: "10.100.0.11", VCPUCount: 24, MemoryMiB: 65536, HostCPUs: "13-24,109-120"},
+		},
+		HousekeepingCPUs: "0,96"}
 }
 
 func hostTree(t *testing.T) hostfs.FS {
@@ -55,15 +58,19 @@ func validateXML(t *testing.T, x []byte) {
 }
 
 func TestBuildDomainProductionFromPlan(t *testing.T) {
-	x, err := BuildDomain(DomainInput{Plan: plan(), SeedISO: "/var/lib/gpuaas/slices/x/seed.iso", NVRAM: "/var/lib/gpuaas/slices/x/OVMF_VARS.fd",
+	x, placed, err := BuildDomain(DomainInput{Plan: plan(), SeedISO: "/var/lib/gpuaas/slices/x/seed.iso", NVRAM: "/var/lib/gpuaas/slices/x/OVMF_VARS.fd",
 		ConsoleLog: "/var/lib/gpuaas/slices/x/console.log", Bridge: "ovsbr0", OVS: true, Loader: "/usr/share/OVMF/OVMF_CODE_4M.fd", FS: hostTree(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(x)
-	// Summed across slots; pinned to NUMA node 0 of the fixture ("0-47,96-143").
+	// Summed across slots; each slot's vCPUs on its own CPUs of NUMA node 0 ("0-47,96-143"),
+	// the emulator and I/O threads on the housekeeping CPUs, memory strictly on node 0.
 	for _, want := range []string{`<domain type="kvm">`, `<memory unit="MiB">131072</memory>`, `<vcpu placement="static">48</vcpu>`,
-		`<vcpupin vcpu="0" cpuset="0">`, `<vcpupin vcpu="47" cpuset="47">`, `nodeset="0"`, `<hugepages>`, `<virtualport type="openvswitch">`,
+		`<vcpupin vcpu="0" cpuset="1">`, `<vcpupin vcpu="23" cpuset="108">`, `<vcpupin vcpu="24" cpuset="13">`, `<vcpupin vcpu="47" cpuset="120">`,
+		`<emulatorpin cpuset="0,96">`, `<iothreadpin iothread="1" cpuset="0,96">`, `<memory mode="strict" nodeset="0">`,
+		`<memnode cellid="0" mode="strict" nodeset="0">`, `<cell id="0" cpus="0-47" memory="131072" unit="MiB">`, `model="pcie-expander-bus"`,
+		`<hugepages>`, `<virtualport type="openvswitch">`,
 		`<mac address="52:54:00:01:00:00">`, `<log file="/var/lib/gpuaas/slices/x/console.log"`, `secure="no"`,
 		`bus="0x1b"`, `bus="0x1a" slot="0x00" function="0x2"`, `bus="0x3c"`, `bus="0x3a" slot="0x00" function="0x2"`} {
 		if !strings.Contains(s, want) {
@@ -73,28 +80,116 @@ func TestBuildDomainProductionFromPlan(t *testing.T) {
 	if n := strings.Count(s, "<hostdev "); n != 4 {
 		t.Errorf("%d hostdevs, want one per GPU and VF (4)", n)
 	}
-	for _, bad := range []string{"<tpm", "<graphics", "vcpupin vcpu=\"48\""} {
+	for _, bad := range []string{"<tpm", "<graphics", "vcpupin vcpu=\"48\"", `cpuset="0"`} {
 		if strings.Contains(s, bad) {
 			t.Errorf("domain has %s", bad)
 		}
 	}
+	if placed != "48 vCPUs pinned to slot CPUs 1-24,97-120; emulator and I/O threads on 0,96; 1 guest NUMA cell(s) for host node(s) 0" {
+		t.Errorf("placement summary %q", placed)
+	}
 	validateXML(t, x)
 }
 
+// pins reads a domain's vCPU pins back: vCPU -> host CPU set.
+func pins(t *testing.T, x []byte) map[int][]int {
+	t.Helper()
+	var d struct {
+		Pins []struct {
+			VCPU   int    `xml:"vcpu,attr"`
+			CPUSet string `xml:"cpuset,attr"`
+		} `xml:"cputune>vcpupin"`
+	}
+	if err := xml.Unmarshal(x, &d); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]int{}
+	for _, p := range d.Pins {
+		c, err := cpuset.Parse(p.CPUSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[p.VCPU] = c
+	}
+	return out
+}
+
+// Two slices on one NUMA node run on disjoint CPUs: each on its own slot's set, neither on
+// the housekeeping CPUs (before, both took the node's first CPUs, CPU 0 included).
+func TestTwoVMsOnOneNodeGetDisjointPins(t *testing.T) {
+	fs := hostTree(t)
+	var all [][]int
+	for i, alloc := range []string{"aaaaaaaa-1111-2222-3333-444455556666", "bbbbbbbb-1111-2222-3333-444455556666"} {
+		p := plan()
+		p.AllocationID = alloc
+		p.Bundles = p.Bundles[i : i+1]
+		p.Bundles[0].VCPUCount, p.Bundles[0].MemoryMiB = 8, 4096
+		x, _, err := BuildDomain(DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "ovsbr0", OVS: true, FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, _ := cpuset.Parse(p.Bundles[0].HostCPUs)
+		var used []int
+		for v, c := range pins(t, x) {
+			if len(c) != 1 || len(cpuset.Overlap(c, own)) != 1 {
+				t.Fatalf("VM %d vCPU %d pinned to %v, outside its slot's CPUs %s", i, v, c, p.Bundles[0].HostCPUs)
+			}
+			used = cpuset.Union(used, c)
+		}
+		if len(used) != 8 {
+			t.Fatalf("VM %d: 8 vCPUs on %d CPUs", i, len(used))
+		}
+		all = append(all, used)
+	}
+	if both := cpuset.Overlap(all[0], all[1]); len(both) > 0 {
+		t.Fatalf("two VMs on NUMA node 0 share CPUs %v", both)
+	}
+	for _, u := range all {
+		if hk := cpuset.Overlap(u, []int{0, 96}); len(hk) > 0 {
+			t.Fatalf("a VM runs on housekeeping CPUs %v", hk)
+		}
+	}
+}
+
+// labTree is a small lab host: one NUMA node with CPUs 0-1.
+func labTree(t *testing.T) hostfs.FS {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "sys/devices/system/node/node0")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpulist"), []byte("0-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return hostfs.New(root)
+}
+
 func TestBuildDomainLab(t *testing.T) {
-	x, err := BuildDomain(DomainInput{Plan: plan(), Disks: []string{"/dev/loop3", "/dev/loop4"}, SeedISO: "/tmp/s/seed.iso", NVRAM: "/tmp/s/vars.fd",
-		Lab: true, Bridge: "gpuaaslab0", OVS: true, Loader: "/usr/share/OVMF/OVMF_CODE_4M.fd", FS: hostfs.New(t.TempDir())})
+	p := plan()
+	p.Bundles[1].NUMANode = numa(1)
+	x, placed, err := BuildDomain(DomainInput{Plan: p, Disks: []string{"/dev/loop3", "/dev/loop4"}, SeedISO: "/tmp/s/seed.iso", NVRAM: "/tmp/s/vars.fd",
+		Lab: true, Bridge: "gpuaaslab0", OVS: true, Loader: "/usr/share/OVMF/OVMF_CODE_4M.fd", FS: labTree(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(x)
-	for _, want := range []string{`<domain type="qemu">`, `<source dev="/dev/loop3">`, `<source dev="/dev/loop4">`, `csum="off"`} {
+	// The guest's NUMA cells stay true to the slots (nodes 0 and 1, each disk under its own
+	// cell's expander bus); memory is bound only to the node this host has.
+	for _, want := range []string{`<domain type="qemu">`, `<source dev="/dev/loop3">`, `<source dev="/dev/loop4">`, `csum="off"`,
+		`<cell id="0" cpus="0-23"`, `<cell id="1" cpus="24-47"`, `<memnode cellid="0" mode="strict" nodeset="0">`, `<node>1</node>`, `<emulatorpin cpuset="0">`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("lab domain lacks %s", want)
 		}
 	}
-	// The lab passes nothing through, pins nothing, needs no hugepages and uses a Linux bridge.
-	for _, bad := range []string{"<hostdev", "vcpupin", "numatune", "<hugepages", "openvswitch"} {
+	for _, want := range []string{"lab host (1 NUMA node(s), CPUs 0-1)", "NUMA node 1 absent here", "slot 0,1 vCPUs unpinned", "housekeeping CPUs 96 absent here"} {
+		if !strings.Contains(placed, want) {
+			t.Errorf("placement %q does not say %q", placed, want)
+		}
+	}
+	// The lab passes nothing through, pins nothing it lacks, needs no hugepages and uses a
+	// Linux bridge.
+	for _, bad := range []string{"<hostdev", "vcpupin", `cellid="1"`, "<hugepages", "openvswitch"} {
 		if strings.Contains(s, bad) {
 			t.Errorf("lab domain has %s", bad)
 		}
@@ -109,17 +204,50 @@ func TestBuildDomainRefusesBadPlans(t *testing.T) {
 		mut(p)
 		return DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "ovsbr0", OVS: true, FS: fs}
 	}
-	cases := map[string]DomainInput{
-		"device twice":      in(func(p *task.VMProvision) { p.Bundles[1].GPUPCI = p.Bundles[0].GPUPCI }),
-		"no bundles":        in(func(p *task.VMProvision) { p.Bundles = nil }),
-		"unknown NUMA node": in(func(p *task.VMProvision) { p.Bundles[0].NUMANode = numa(7) }),
-		"too many vCPUs":    in(func(p *task.VMProvision) { p.Bundles[0].VCPUCount = 500 }),
-		"bad MAC":           in(func(p *task.VMProvision) { p.Bundles[0].MACAddress = "zz" }),
+	cases := map[string]struct {
+		in   DomainInput
+		want string
+	}{
+		"device twice":           {in(func(p *task.VMProvision) { p.Bundles[1].GPUPCI = p.Bundles[0].GPUPCI }), "appears twice"},
+		"no bundles":             {in(func(p *task.VMProvision) { p.Bundles = nil }), "no bundles"},
+		"unknown NUMA node":      {in(func(p *task.VMProvision) { p.Bundles[0].NUMANode = numa(7) }), "slot 0 is on NUMA node 7, which this host does not have"},
+		"too many vCPUs":         {in(func(p *task.VMProvision) { p.Bundles[0].VCPUCount = 500 }), "slot 0 has 500 vCPUs but host_cpus 1-12,97-108 holds 24 CPUs: refusing to over-subscribe"},
+		"bad MAC":                {in(func(p *task.VMProvision) { p.Bundles[0].MACAddress = "zz" }), "MAC"},
+		"no host CPUs":           {in(func(p *task.VMProvision) { p.Bundles[1].HostCPUs = "" }), "slot 1 has no host CPU set"},
+		"CPUs off the node":      {in(func(p *task.VMProvision) { p.Bundles[1].HostCPUs = "13-24,48,109-120" }), "slot 1 host CPUs 48 are not on its NUMA node 0 (0-47,96-143)"},
+		"bad CPU list":           {in(func(p *task.VMProvision) { p.Bundles[0].HostCPUs = "3-1" }), "slot 0 host_cpus: cpu list"},
+		"no housekeeping":        {in(func(p *task.VMProvision) { p.HousekeepingCPUs = "" }), "no housekeeping CPUs"},
+		"housekeeping on a slot": {in(func(p *task.VMProvision) { p.HousekeepingCPUs = "0,5" }), "housekeeping CPU 5 is slot 0's"},
+		"two slots share CPUs":   {in(func(p *task.VMProvision) { p.Bundles[1].HostCPUs = "12-23,108-119" }), "host CPU 12 belongs to slots 0 and 1"},
 	}
 	for name, c := range cases {
-		if _, err := BuildDomain(c); err == nil {
-			t.Errorf("%s: built a domain", name)
+		if x, _, err := BuildDomain(c.in); err == nil {
+			t.Errorf("%s: built a domain\n%s", name, x)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
+	}
+}
+
+// The lab relaxes what its host lacks, never the plan itself: a slot with fewer CPUs than
+// vCPUs is refused there too, and a slot whose CPUs exist here is pinned to them.
+func TestLabKeepsThePlansOwnChecks(t *testing.T) {
+	p := plan()
+	p.Bundles[0].HostCPUs = "1"
+	if _, _, err := BuildDomain(DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "gpuaaslab0", Lab: true, FS: labTree(t)}); err == nil ||
+		!strings.Contains(err.Error(), "slot 0 has 24 vCPUs but host_cpus 1 holds 1 CPUs") {
+		t.Fatalf("lab over-subscription: %v", err)
+	}
+	p = plan()
+	p.Bundles = p.Bundles[:1]
+	p.Bundles[0].VCPUCount, p.Bundles[0].HostCPUs, p.HousekeepingCPUs = 1, "1", "0"
+	x, placed, err := BuildDomain(DomainInput{Plan: p, SeedISO: "/s/seed.iso", Bridge: "gpuaaslab0", Lab: true, FS: labTree(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(x), `<vcpupin vcpu="0" cpuset="1">`) || !strings.Contains(string(x), `<emulatorpin cpuset="0">`) ||
+		!strings.HasPrefix(placed, "1 vCPUs pinned to slot CPUs 1; emulator and I/O threads on 0;") {
+		t.Fatalf("lab slot with CPUs on this host not pinned (%s):\n%s", placed, x)
 	}
 }
 
