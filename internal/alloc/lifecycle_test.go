@@ -57,7 +57,7 @@ func TestLifecycleActiveCostReleaseWithWipeProof(t *testing.T) {
 		t.Fatalf("cost kept accruing while releasing: %+v", got.Cost)
 	}
 	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
-	proofs := map[string]alloc.WipeProof{full.Claims[0].SlotID: {Verified: true, Method: "blkdiscard_zero_verify", Evidence: "first 1MiB zero, no signature"}}
+	proofs := map[string]alloc.WipeProof{full.Claims[0].SlotID: b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify", Evidence: "first 1MiB zero, no signature"})}
 	if err := b.svc.CompleteRelease(b.ctx, a.ID, proofs); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestFailedProvisioningBlocksReuseUntilWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
-	if err := b.svc.CompleteRelease(b.ctx, a.ID, map[string]alloc.WipeProof{full.Claims[0].SlotID: {Verified: true}}); err != nil {
+	if err := b.svc.CompleteRelease(b.ctx, a.ID, map[string]alloc.WipeProof{full.Claims[0].SlotID: b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify"})}); err != nil {
 		t.Fatal(err)
 	}
 	if s := slotStatus(b, "n1", 0); s != "available" {

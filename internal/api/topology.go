@@ -239,8 +239,8 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	if slot == nil {
 		return errNotFound(fmt.Sprintf("no slot %d on this node", idx))
 	}
-	if slot.Status != "cleanup_blocked" && slot.Status != "failed" {
-		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots take a repair wipe", slot.SlotIndex, slot.Status), nil)
+	if slot.Status != "cleanup_blocked" && slot.Status != "failed" && (slot.Status != "disabled" || !slot.NeedsWipe) {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots, or disabled slots that need a wipe, take a repair wipe", slot.SlotIndex, slot.Status), nil)
 	}
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)

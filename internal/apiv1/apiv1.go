@@ -149,12 +149,15 @@ type NodeCreate struct {
 
 // Slot is one approved schedulable bundle (node_resource_slots row).
 type Slot struct {
-	ID               string          `json:"id"`
-	NodeID           string          `json:"node_id"`
-	SlotIndex        int             `json:"slot_index"`
-	CapacityShape    string          `json:"capacity_shape"`
-	Status           string          `json:"status"`
-	StatusReason     string          `json:"status_reason,omitempty"`
+	ID            string `json:"id"`
+	NodeID        string `json:"node_id"`
+	SlotIndex     int    `json:"slot_index"`
+	CapacityShape string `json:"capacity_shape"`
+	Status        string `json:"status"`
+	StatusReason  string `json:"status_reason,omitempty"`
+	// NeedsWipe: the slot has held a claim since its last verified wipe; the database refuses
+	// to make it available until a verified, signed wipe proof is recorded.
+	NeedsWipe        bool            `json:"needs_wipe,omitempty"`
 	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
 	SharingModel     string          `json:"sharing_model"`
 	ProfileName      string          `json:"profile_name,omitempty"`

@@ -187,6 +187,10 @@ func (e *DBError) Error() string {
 func (e *DBError) Is(target error) bool { return target == e.Kind }
 func (e *DBError) Unwrap() error        { return e.Err }
 
+// WipeGate is the constraint name of the database's refusal to put a slot back on sale before a
+// verified wipe (a DBError of kind ErrConflict).
+const WipeGate = "slot_wipe_gate"
+
 // translate maps pgx errors to the package's sentinels; other errors pass through.
 func translate(err error) error {
 	if err == nil {
@@ -202,7 +206,14 @@ func translate(err error) error {
 			return err // retried by InTx
 		case "23505", "23P01": // unique_violation, exclusion_violation
 			return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
-		case "23503", "23514", "23502", "22P02", "22007", "22008", "22023", "22003":
+		case "23514":
+			if pgErr.ConstraintName == WipeGate {
+				// The slot held a claim since its last verified wipe (migration 015).
+				return &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: pgErr.Message +
+					" (run `gpuaasctl slots wipe NODE INDEX --apply --wait`: a verified wipe clears it)", Err: err}
+			}
+			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
 		}
 		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57") {
