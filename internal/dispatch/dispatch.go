@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type Config struct {
 	// since the last (default 20 ms). Each NOTIFY is a transaction with its own commit; sent
 	// as soon as the notifier was free, a busy replica sent about one per create.
 	NotifyEvery time.Duration
+	// NodeCA holds the CA certificate(s) that issue node certificates: hosts' wipe proofs are
+	// checked against their signer's certificate, and it against these (nil: no proof counts).
+	NodeCA *x509.CertPool
 }
 
 func (c *Config) defaults() {
@@ -657,7 +661,7 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		_ = json.Unmarshal(tr.Output, &out) // a failed release may carry partial or no proofs
 		proofs := map[string]alloc.WipeProof{}
 		for slot, p := range out.Wiped {
-			proofs[slot] = alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}
+			proofs[slot] = d.checkProof(ctx, tr, slot, p)
 		}
 		if tr.Status != "succeeded" {
 			// A slot the failed release left without proof is blocked with the host's error
@@ -807,14 +811,19 @@ func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error
 		return err // a dry run changes nothing
 	}
 	var ev struct {
-		Verified bool   `json:"verified"`
-		Method   string `json:"method"`
-		Error    string `json:"error"`
-		Bytes    int64  `json:"bytes"`
+		Verified bool            `json:"verified"`
+		Method   string          `json:"method"`
+		Error    string          `json:"error"`
+		Bytes    int64           `json:"bytes"`
+		Proof    *task.WipeProof `json:"proof"`
 	}
 	_ = json.Unmarshal(tr.Output, &ev)
-	proof := alloc.WipeProof{Verified: ev.Verified && tr.Status == "succeeded", Method: ev.Method,
-		Evidence: fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes), Error: ev.Error}
+	hp := task.WipeProof{Method: ev.Method, Error: ev.Error} // no signed proof: never verified
+	if ev.Proof != nil {
+		hp = *ev.Proof
+	}
+	hp.Evidence = fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes)
+	proof := d.checkProof(ctx, tr, p.SlotID, hp)
 	if proof.Error == "" && tr.Status != "succeeded" {
 		proof.Error = tr.Error
 	}
