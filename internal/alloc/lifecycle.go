@@ -358,14 +358,14 @@ type WipeProof struct {
 	Evidence string `json:"evidence"`
 	Error    string `json:"error,omitempty"`
 
-	NodeID         string          `json:"node_id,omitempty"` // the reporting node
-	TaskID         string          `json:"task_id,omitempty"`
-	DeviceIdentity string          `json:"device_identity,omitempty"`
-	FinishedAt     time.Time       `json:"finished_at,omitzero"`
-	Document       json.RawMessage `json:"document,omitempty"`
-	Signature      string          `json:"signature,omitempty"`
-	SignerSerial   string          `json:"signer_serial,omitempty"`
-	SignerCert     string          `json:"signer_cert,omitempty"`
+	NodeID         string    `json:"node_id,omitempty"` // the reporting node
+	TaskID         string    `json:"task_id,omitempty"`
+	DeviceIdentity string    `json:"device_identity,omitempty"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	Document       string    `json:"document,omitempty"`
+	Signature      string    `json:"signature,omitempty"`
+	SignerSerial   string    `json:"signer_serial,omitempty"`
+	SignerCert     string    `json:"signer_cert,omitempty"`
 }
 
 // CompleteRelease finishes a release: each slot with verified wipe proof returns to

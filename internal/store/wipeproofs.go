@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 )
 
@@ -11,29 +10,25 @@ import (
 // (migration 015); the database refuses a verified row without a signature and a signer
 // certificate enrolled for the slot's node.
 type WipeProofRecord struct {
-	ID             int64           `json:"id"`
-	SlotID         string          `json:"slot_id"`
-	NodeID         string          `json:"node_id,omitempty"` // the reporting node; empty: the slot's own
-	AllocationID   string          `json:"allocation_id,omitempty"`
-	TaskID         string          `json:"task_id,omitempty"`
-	Verified       bool            `json:"verified"`
-	Method         string          `json:"method"`
-	DeviceIdentity string          `json:"device_identity,omitempty"`
-	FinishedAt     time.Time       `json:"finished_at,omitzero"`
-	Document       json.RawMessage `json:"document,omitempty"` // the signed proof document
-	Signature      string          `json:"signature,omitempty"`
-	SignerSerial   string          `json:"signer_serial,omitempty"`
-	SignerCert     string          `json:"signer_cert,omitempty"`
-	Error          string          `json:"error,omitempty"`
-	RecordedAt     time.Time       `json:"recorded_at"`
+	ID             int64     `json:"id"`
+	SlotID         string    `json:"slot_id"`
+	NodeID         string    `json:"node_id,omitempty"` // the reporting node; empty: the slot's own
+	AllocationID   string    `json:"allocation_id,omitempty"`
+	TaskID         string    `json:"task_id,omitempty"`
+	Verified       bool      `json:"verified"`
+	Method         string    `json:"method"`
+	DeviceIdentity string    `json:"device_identity,omitempty"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	Document       string    `json:"document,omitempty"` // the signed proof document (JSON), byte for byte
+	Signature      string    `json:"signature,omitempty"`
+	SignerSerial   string    `json:"signer_serial,omitempty"`
+	SignerCert     string    `json:"signer_cert,omitempty"`
+	Error          string    `json:"error,omitempty"`
+	RecordedAt     time.Time `json:"recorded_at"`
 }
 
 // RecordWipeProof appends a proof for a slot.
 func (t *Tx) RecordWipeProof(ctx context.Context, p WipeProofRecord) (int64, error) {
-	doc := []byte(p.Document)
-	if len(doc) == 0 {
-		doc = []byte("{}")
-	}
 	var finished *time.Time
 	if !p.FinishedAt.IsZero() {
 		finished = &p.FinishedAt
@@ -41,10 +36,10 @@ func (t *Tx) RecordWipeProof(ctx context.Context, p WipeProofRecord) (int64, err
 	var id int64
 	err := t.tx.QueryRow(ctx, `INSERT INTO slot_wipe_proofs (slot_id, node_id, allocation_id, task_id, verified, method,
 			device_identity, finished_at, document, signature, signer_serial, signer_cert, error)
-		SELECT s.id, coalesce($2::uuid, s.node_id), $3::uuid, $4::uuid, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13
+		SELECT s.id, coalesce($2::uuid, s.node_id), $3::uuid, $4::uuid, $5, $6, $7, $8, $9, $10, $11, $12, $13
 		FROM node_resource_slots s WHERE s.id = $1
 		RETURNING id`, p.SlotID, nullIfEmpty(p.NodeID), nullIfEmpty(p.AllocationID), nullIfEmpty(p.TaskID), p.Verified, p.Method,
-		p.DeviceIdentity, finished, doc, p.Signature, nullIfEmpty(p.SignerSerial), p.SignerCert, p.Error).Scan(&id)
+		p.DeviceIdentity, finished, p.Document, p.Signature, nullIfEmpty(p.SignerSerial), p.SignerCert, p.Error).Scan(&id)
 	return id, translate(err)
 }
 

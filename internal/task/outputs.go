@@ -13,9 +13,9 @@ type WipeProof struct {
 	Error    string          `json:"error,omitempty"`
 	Details  json.RawMessage `json:"details,omitempty"`
 
-	Document   json.RawMessage `json:"document,omitempty"`
-	Signature  string          `json:"signature,omitempty"`
-	SignerCert string          `json:"signer_cert,omitempty"`
+	Document   string `json:"document,omitempty"` // JSON text, kept as a string so its bytes survive storage
+	Signature  string `json:"signature,omitempty"`
+	SignerCert string `json:"signer_cert,omitempty"`
 }
 
 // ProvisionOutput is the output of slice.vm_provision.

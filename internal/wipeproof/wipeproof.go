@@ -64,7 +64,7 @@ func Sign(s Signer, p *task.WipeProof, slotID, nodeID, taskID, allocationID stri
 	if err != nil {
 		return fmt.Errorf("wipe proof: sign: %w", err)
 	}
-	p.Document, p.Signature = raw, base64.StdEncoding.EncodeToString(sig)
+	p.Document, p.Signature = string(raw), base64.StdEncoding.EncodeToString(sig)
 	p.SignerCert = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.CertDER}))
 	return nil
 }
@@ -136,11 +136,11 @@ func Verify(p task.WipeProof, e Expect) (Checked, error) {
 	if err != nil {
 		return Checked{}, errors.New("wipe proof's signature is not base64")
 	}
-	if !verifySig(cert.PublicKey, p.Document, sig) {
+	if !verifySig(cert.PublicKey, []byte(p.Document), sig) {
 		return Checked{}, errors.New("wipe proof's signature does not verify with the node's certificate (altered, or signed with another key)")
 	}
 	var doc Document
-	if err := json.Unmarshal(p.Document, &doc); err != nil {
+	if err := json.Unmarshal([]byte(p.Document), &doc); err != nil {
 		return Checked{}, errors.New("wipe proof's document is not valid JSON")
 	}
 	switch {

@@ -28,7 +28,7 @@ CREATE TABLE slot_wipe_proofs (
     method          text NOT NULL DEFAULT '',
     device_identity text NOT NULL DEFAULT '',
     finished_at     timestamptz,
-    document        jsonb NOT NULL DEFAULT '{}',
+    document        text NOT NULL DEFAULT '',   -- the signed bytes, exactly (jsonb would reorder them)
     signature       text NOT NULL DEFAULT '',
     signer_serial   text REFERENCES node_credentials(serial),
     signer_cert     text NOT NULL DEFAULT '',
