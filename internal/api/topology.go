@@ -245,11 +245,22 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: req.Apply}, 2*time.Hour,
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, wipeVerify(slot, req.Apply), 2*time.Hour,
 		audit(r, p, "slot.wipe_requested", "slot", slot.ID, map[string]any{"device": slot.NVMeDevice, "apply": req.Apply}))
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
 	return nil
+}
+
+// wipeVerify is the repair wipe of a slot: its disk, by its own policy, checked against its
+// recorded identity.
+func wipeVerify(slot *apiv1.Slot, apply bool) task.WipeVerify {
+	var md struct {
+		Policy   string `json:"destructive_wipe_policy"`
+		Identity string `json:"disk_identity"`
+	}
+	_ = json.Unmarshal(slot.CapacityMetadata, &md)
+	return task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: apply, Policy: md.Policy, DiskIdentity: md.Identity}
 }

@@ -423,6 +423,7 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 			MAC       string `json:"mac_address"`
 			IP        string `json:"private_ip"`
 			Wipe      string `json:"destructive_wipe_policy"`
+			DiskID    string `json:"disk_identity"`
 			VCPU      *int   `json:"vcpu_count"`
 			MemoryMiB *int   `json:"memory_mib"`
 		}
@@ -430,7 +431,7 @@ func bundlesFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, error) {
 			return nil, err
 		}
 		b = task.Bundle{SlotID: raw.SlotID, SlotIndex: raw.SlotIndex, GPUPCI: raw.PCI, FabricParentPCI: raw.FabricPCI,
-			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe}
+			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe, DiskIdentity: raw.DiskID}
 		if raw.VCPU != nil {
 			b.VCPUCount = *raw.VCPU
 		}

@@ -556,7 +556,8 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, a
 				'fabric_vf_pci_address', s.capacity_metadata->>'fabric_vf_pci_address',
 				'mac_address', s.mac_address, 'private_ip', host(s.private_ip),
 				'vcpu_count', s.vcpu_count, 'memory_mib', s.memory_mib,
-				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy')
+				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy',
+				'disk_identity', s.capacity_metadata->>'disk_identity')
 		FROM node_resource_slots s
 		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available'
 		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index
