@@ -51,7 +51,15 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if err != nil {
 		return apiv1.Allocation{}, err
 	}
-	return withTasks(s.present(actor, rec), tasks), nil
+	out := withTasks(s.present(actor, rec), tasks)
+	if rec.Status == AllocReleased || rec.Status == AllocFailed {
+		proofs, err := s.st.AllocationWipeProofs(ctx, id)
+		if err != nil {
+			return apiv1.Allocation{}, err
+		}
+		out.Handover = HandoverSummary(proofs)
+	}
+	return out, nil
 }
 
 // withTasks adds an allocation's host tasks (read newest first) to its view, oldest first.
@@ -448,10 +456,11 @@ func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p
 	if err := tx.SetSlotStatus(ctx, slotID, SlotCleanup, "", wipe); err != nil {
 		return err
 	}
-	if ok {
-		if err := recordProof(ctx, tx, slotID, allocID, p); err != nil {
-			return err
-		}
+	if !ok {
+		p.Error = "the host sent no wipe proof for this slot"
+	}
+	if err := recordProof(ctx, tx, slotID, allocID, p); err != nil {
+		return err
 	}
 	if verified {
 		return tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil)

@@ -368,6 +368,10 @@ type Allocation struct {
 	ActiveAt      *time.Time       `json:"active_at,omitempty"`
 	ReleasingAt   *time.Time       `json:"releasing_at,omitempty"`
 	ReleasedAt    *time.Time       `json:"released_at,omitempty"`
+	// Handover says how the allocation's disks were erased after it ended, from the hosts'
+	// signed, verified wipe proofs ("2 disks sanitized (crypto erase) and verified at ...");
+	// it names no host or device. Show only, once released or failed.
+	Handover string `json:"handover,omitempty"`
 }
 
 // AllocationSlot is one slot an allocation holds, as every caller may see it.
