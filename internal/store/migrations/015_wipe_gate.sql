@@ -65,8 +65,11 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+-- Fires only for the moves that set or check the flag (into reserved, into available) and for
+-- a change of the flag itself: the other status updates of a reservation's life skip it.
 CREATE TRIGGER slots_wipe_gate BEFORE UPDATE ON node_resource_slots
-    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.needs_wipe IS DISTINCT FROM NEW.needs_wipe)
+    FOR EACH ROW WHEN ((OLD.status IS DISTINCT FROM NEW.status AND NEW.status IN ('reserved', 'available'))
+                       OR OLD.needs_wipe IS DISTINCT FROM NEW.needs_wipe)
     EXECUTE FUNCTION slot_wipe_gate();
 
 -- A slot inserted as available has never been claimed; one inserted needing a wipe is not
