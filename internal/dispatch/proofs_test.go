@@ -170,3 +170,45 @@ func TestWipeProofsCountOnlySignedByTheReportingNode(t *testing.T) {
 		}
 	})
 }
+
+// A slot an operator disabled while it was blocked keeps needing a wipe: a repair wipe's
+// signed proof clears it (the slot stays disabled), and only then does enable succeed.
+func TestRepairWipeOfADisabledSlotThenEnable(t *testing.T) {
+	w, _, s := signedSetup(t)
+	_, taskID, slot := w.releaseTask()
+	out, _ := json.Marshal(task.ReleaseOutput{Wiped: map[string]task.WipeProof{}})
+	if _, err := w.d.Result(w.ctx, w.node.ID, taskID, task.Result{Status: "failed", Output: out, Error: "wipe_verify: 1 non-zero region"}); err != nil {
+		t.Fatal(err)
+	}
+	enable := func(on bool) error {
+		return w.st.InTx(w.ctx, func(tx *store.Tx) error {
+			_, err := tx.SetSlotEnabled(w.ctx, w.node.ID, 0, on, "")
+			return err
+		})
+	}
+	if err := enable(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := enable(true); err == nil {
+		t.Fatal("an unwiped disabled slot was enabled")
+	}
+	id, err := w.d.QueueTask(w.ctx, w.node.ID, task.TypeWipeVerify, task.WipeVerify{SlotID: slot, Device: "/dev/disk/by-id/nvme-eui.0000000000010000", Apply: true}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := w.poll(time.Second); env == nil || env.TaskID != id {
+		t.Fatalf("repair task not delivered: %+v", env)
+	}
+	proof := signProof(t, s, task.WipeProof{Verified: true, Method: "wipefs+blkdiscard-zeroout"}, slot, w.node.ID, id, "")
+	res, _ := json.Marshal(map[string]any{"verified": true, "method": "wipefs+blkdiscard-zeroout", "proof": proof})
+	if _, err := w.d.Result(w.ctx, w.node.ID, id, task.Result{Status: "succeeded", Output: res}); err != nil {
+		t.Fatal(err)
+	}
+	slots, _ := w.st.ListSlots(w.ctx, w.node.ID)
+	if slots[0].Status != "disabled" || slots[0].NeedsWipe {
+		t.Fatalf("after the repair wipe: %s (needs_wipe %v), want disabled and clean", slots[0].Status, slots[0].NeedsWipe)
+	}
+	if err := enable(true); err != nil {
+		t.Fatalf("enable after a verified repair wipe: %v", err)
+	}
+}
