@@ -431,7 +431,10 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 	case *task.VMProvision:
 		out, err = a.runtime.Provision(ctx, p, rec)
 	case *task.VMRelease:
-		out, err = a.runtime.Release(ctx, p, rec)
+		var ro task.ReleaseOutput
+		ro, err = a.runtime.Release(ctx, p, rec)
+		a.signProofs(env, p.AllocationID, ro.Wiped)
+		out = ro
 	case *task.StorageTransition:
 		err = rec.Run("storage_transition", func() error {
 			if p.To != "slice" {
@@ -443,8 +446,8 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		})
 	case *task.WipeVerify:
 		err = rec.Run("wipe_verify", func() error {
-			ev, werr := a.wiper().Wipe(ctx, p.Device, p.Apply)
-			out = ev
+			ev, werr := a.wiper().WipeWith(ctx, disk.WipeOptions{Device: p.Device, Apply: p.Apply, Policy: p.Policy, Identity: p.DiskIdentity})
+			out = a.signedWipe(env, p, ev, werr)
 			if werr == nil && p.Apply && !ev.Verified {
 				werr = fmt.Errorf("wipe not verified: %s", ev.Error)
 			}

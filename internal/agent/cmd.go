@@ -165,14 +165,14 @@ node name. Only after this may the node's slots record storage_ownership=slice.`
 
 func newWipeCmd(stdout io.Writer) *cobra.Command {
 	var apply bool
-	var root string
+	var root, policy, identity string
 	cmd := &cobra.Command{
-		Use:   "wipe-verify DEVICE [--apply]",
+		Use:   "wipe-verify DEVICE [--apply] [--policy P] [--identity KIND:VALUE]",
 		Short: "Wipe a slot disk and verify it reads back clean (dry run unless --apply)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := disk.Wiper{FS: hostfs.New(root), Run: hostfs.Exec{}}
-			ev, err := w.Wipe(cmd.Context(), args[0], apply)
+			ev, err := w.WipeWith(cmd.Context(), disk.WipeOptions{Device: args[0], Apply: apply, Policy: policy, Identity: identity})
 			if perr := printJSON(stdout, ev); perr != nil {
 				return perr
 			}
@@ -184,6 +184,8 @@ func newWipeCmd(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&apply, "apply", false, "perform the wipe (default: report what would happen)")
 	cmd.Flags().StringVar(&root, "host-root", "/", "host root")
+	cmd.Flags().StringVar(&policy, "policy", "", "destructive_wipe_policy: blkdiscard_zero_verify (default), nvme_sanitize_verify, secure_erase_verify")
+	cmd.Flags().StringVar(&identity, "identity", "", "the disk's recorded identity (serial:..., wwn:..., eui64:..., nguid:...): refuse another disk")
 	return cmd
 }
 

@@ -51,7 +51,15 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if err != nil {
 		return apiv1.Allocation{}, err
 	}
-	return withTasks(s.present(actor, rec), tasks), nil
+	out := withTasks(s.present(actor, rec), tasks)
+	if rec.Status == AllocReleased || rec.Status == AllocFailed {
+		proofs, err := s.st.AllocationWipeProofs(ctx, id)
+		if err != nil {
+			return apiv1.Allocation{}, err
+		}
+		out.Handover = HandoverSummary(proofs)
+	}
+	return out, nil
 }
 
 // withTasks adds an allocation's host tasks (read newest first) to its view, oldest first.
@@ -349,12 +357,24 @@ func (s *Service) markFailed(ctx context.Context, id, reason string, mayHaveTouc
 	})
 }
 
-// WipeProof is the host's evidence that a slot's disk was erased and read back clean.
+// WipeProof is the host's evidence that a slot's disk was erased and read back clean. A
+// verified proof counts only signed: the dispatcher checks Signature over Document against
+// the reporting node's enrolled certificate (SignerCert, serial SignerSerial) before it gets
+// here, and the database refuses a verified proof row without them.
 type WipeProof struct {
 	Verified bool   `json:"verified"`
 	Method   string `json:"method"`
 	Evidence string `json:"evidence"`
 	Error    string `json:"error,omitempty"`
+
+	NodeID         string    `json:"node_id,omitempty"` // the reporting node
+	TaskID         string    `json:"task_id,omitempty"`
+	DeviceIdentity string    `json:"device_identity,omitempty"`
+	FinishedAt     time.Time `json:"finished_at,omitzero"`
+	Document       string    `json:"document,omitempty"`
+	Signature      string    `json:"signature,omitempty"`
+	SignerSerial   string    `json:"signer_serial,omitempty"`
+	SignerCert     string    `json:"signer_cert,omitempty"`
 }
 
 // CompleteRelease finishes a release: each slot with verified wipe proof returns to
@@ -423,14 +443,24 @@ func (s *Service) CleanupFailed(ctx context.Context, id string, proofs map[strin
 	})
 }
 
-// applyWipeProof moves a slot through cleanup: to available with verified proof (recorded in
-// health_metadata.last_wipe, which the database demands), else to cleanup_blocked alone.
+// applyWipeProof moves a slot through cleanup: to available with verified, signed proof
+// (recorded in slot_wipe_proofs, which clears the database's wipe gate, and summarised in
+// health_metadata.last_wipe), else to cleanup_blocked alone.
 func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, proofs map[string]WipeProof, now time.Time, blocked string) error {
 	p, ok := proofs[slotID]
+	if ok && p.Verified && (p.Signature == "" || p.SignerSerial == "") {
+		p.Verified, p.Error = false, "wipe proof is not signed by the node's key"
+	}
 	verified := ok && p.Verified
 	wipe := map[string]any{"last_wipe": map[string]any{"verified": verified, "method": p.Method,
 		"evidence": p.Evidence, "error": p.Error, "at": now.UTC().Format(time.RFC3339), "allocation_id": allocID}}
 	if err := tx.SetSlotStatus(ctx, slotID, SlotCleanup, "", wipe); err != nil {
+		return err
+	}
+	if !ok {
+		p.Error = "the host sent no wipe proof for this slot"
+	}
+	if err := recordProof(ctx, tx, slotID, allocID, p); err != nil {
 		return err
 	}
 	if verified {
@@ -442,9 +472,19 @@ func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p
 	return tx.SetSlotStatus(ctx, slotID, SlotCleanupBlocked, blocked, nil)
 }
 
+// recordProof appends a proof to slot_wipe_proofs (a verified one clears the slot's wipe gate).
+func recordProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p WipeProof) error {
+	_, err := tx.RecordWipeProof(ctx, store.WipeProofRecord{SlotID: slotID, NodeID: p.NodeID, AllocationID: allocID, TaskID: p.TaskID,
+		Verified: p.Verified, Method: p.Method, DeviceIdentity: p.DeviceIdentity, FinishedAt: p.FinishedAt, Document: p.Document,
+		Signature: p.Signature, SignerSerial: p.SignerSerial, SignerCert: p.SignerCert, Error: p.Error})
+	return err
+}
+
 // RepairSlot applies a standalone wipe's proof to a slot left cleanup_blocked or failed (no
 // live claim): with verified proof it returns to available through cleanup, else it stays
-// (or becomes) cleanup_blocked. This is the operator's repair path.
+// (or becomes) cleanup_blocked. This is the operator's repair path. A disabled slot that
+// needs a wipe (it was disabled while blocked) only has the proof recorded: it stays
+// disabled until the operator enables it, which the database then allows.
 func (s *Service) RepairSlot(ctx context.Context, slotID string, proof WipeProof) error {
 	now := s.cfg.Now()
 	return s.st.InTx(ctx, func(tx *store.Tx) error {
@@ -452,8 +492,20 @@ func (s *Service) RepairSlot(ctx context.Context, slotID string, proof WipeProof
 		if err != nil {
 			return err
 		}
+		if status == SlotDisabled {
+			need, err := tx.SlotNeedsWipe(ctx, slotID)
+			if err != nil {
+				return err
+			}
+			if need {
+				if proof.Verified && (proof.Signature == "" || proof.SignerSerial == "") {
+					proof.Verified, proof.Error = false, "wipe proof is not signed by the node's key"
+				}
+				return recordProof(ctx, tx, slotID, "", proof)
+			}
+		}
 		if status != SlotCleanupBlocked && status != SlotFailed {
-			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("slot %s is %s; only cleanup_blocked or failed slots are repaired by a wipe", slotID, status)}
+			return &apiv1.Error{Code: apiv1.CodeConflict, Message: fmt.Sprintf("slot %s is %s; only cleanup_blocked or failed slots (or disabled ones that need a wipe) are repaired by a wipe", slotID, status)}
 		}
 		return applyWipeProof(ctx, tx, slotID, "", map[string]WipeProof{slotID: proof}, now, "repair wipe not verified")
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +58,8 @@ func TestLifecycleActiveCostReleaseWithWipeProof(t *testing.T) {
 		t.Fatalf("cost kept accruing while releasing: %+v", got.Cost)
 	}
 	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
-	proofs := map[string]alloc.WipeProof{full.Claims[0].SlotID: {Verified: true, Method: "blkdiscard_zero_verify", Evidence: "first 1MiB zero, no signature"}}
+	proofs := map[string]alloc.WipeProof{full.Claims[0].SlotID: b.signed("n1", alloc.WipeProof{Verified: true, Method: "wipefs+blkdiscard-zeroout",
+		Evidence: "first 1MiB zero, no signature", DeviceIdentity: "serial:S64ANS0T512345K", FinishedAt: b.clock.now})}
 	if err := b.svc.CompleteRelease(b.ctx, a.ID, proofs); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +72,12 @@ func TestLifecycleActiveCostReleaseWithWipeProof(t *testing.T) {
 	got, _ = b.svc.Get(b.ctx, b.tenant, a.ID)
 	if got.Status != "released" || got.ReleasedAt == nil {
 		t.Fatalf("allocation = %s", got.Status)
+	}
+	// The tenant sees how its disks were handed over, and nothing of the host.
+	want := "1 disk zeroed (blkdiscard) and verified at " + b.clock.now.UTC().Format(time.RFC3339) +
+		"; 1 disk not yet verified wiped (withheld from sale until a verified wipe)"
+	if got.Handover != want || strings.Contains(got.Handover, "n1") || strings.Contains(got.Handover, "S64ANS") {
+		t.Fatalf("handover = %q, want %q", got.Handover, want)
 	}
 	// The blocked slot is never offered again: a 4-GPU request cannot use group 0.
 	_, idx := b.placed(b.mustCreate(4))
@@ -122,7 +130,7 @@ func TestFailedProvisioningBlocksReuseUntilWiped(t *testing.T) {
 		t.Fatal(err)
 	}
 	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
-	if err := b.svc.CompleteRelease(b.ctx, a.ID, map[string]alloc.WipeProof{full.Claims[0].SlotID: {Verified: true}}); err != nil {
+	if err := b.svc.CompleteRelease(b.ctx, a.ID, map[string]alloc.WipeProof{full.Claims[0].SlotID: b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify"})}); err != nil {
 		t.Fatal(err)
 	}
 	if s := slotStatus(b, "n1", 0); s != "available" {

@@ -253,3 +253,20 @@ func unavailableReason(t *testing.T, err error) (string, map[string]any) {
 	r, _ := ae.Details["reason"].(string)
 	return r, ae.Details
 }
+
+// signed marks a proof as signed by node's enrolled key (a credential recorded for the node):
+// the dispatcher checks real signatures (internal/dispatch); here only the database's
+// demand that a verified proof name a signer of the slot's node is met.
+func (b *testBundle) signed(node string, p alloc.WipeProof) alloc.WipeProof {
+	b.t.Helper()
+	n := mustNode(b, node)
+	serial := "c0de" + n.ID[:8]
+	err := b.st.InTx(b.ctx, func(tx *store.Tx) error {
+		return tx.RecordCredential(b.ctx, serial, n.ID, time.Now().Add(time.Hour))
+	})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		b.t.Fatal(err)
+	}
+	p.Signature, p.SignerSerial = "test-signature", serial
+	return p
+}

@@ -229,10 +229,12 @@ var (
 	macRE = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 	// partitionName is udev's by-id name of a partition: its disk's name plus -partN.
 	partitionName = regexp.MustCompile(`-part[0-9]+$`)
-	storageOwn    = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
-	fabricMode    = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
-	fabrics       = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
-	sharing       = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
+	// diskIdentityRE: a slot disk's recorded identity, as hostd compares it with the device.
+	diskIdentityRE = regexp.MustCompile(`^(serial|wwn|eui64|nguid):[A-Za-z0-9._:-]{1,128}$`)
+	storageOwn     = map[string]bool{"slice": true, "host_share": true, "unassigned": true}
+	fabricMode     = map[string]bool{"per_slot_vf": true, "exclusive_device": true, "shared_host": true}
+	fabrics        = map[string]bool{"": true, "infiniband": true, "roce": true, "ethernet": true, "none": true}
+	sharing        = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
 )
 
 // ValidateSlotMap checks a declarative slot map before anything is written: identities must
@@ -324,12 +326,21 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 				return errInvalid("slot %d: capacity_metadata.fabric_claim_mode must be per_slot_vf, exclusive_device or shared_host", i)
 			}
 		}
-		for _, k := range []string{"destructive_wipe_policy", "sku", "fabric_vf_pci_address"} {
+		for _, k := range []string{"destructive_wipe_policy", "sku", "fabric_vf_pci_address", "disk_identity"} {
 			if v, ok := md[k]; ok {
 				if _, isStr := v.(string); !isStr {
 					return errInvalid("slot %d: capacity_metadata.%s must be a string", i, k)
 				}
 			}
+		}
+		// A disk hostd could not erase by its policy is never put on sale.
+		if p, _ := md["destructive_wipe_policy"].(string); p != "" {
+			if err := task.CheckWipePolicy(p); err != nil {
+				return errInvalid("slot %d: capacity_metadata.%s", i, err.Error())
+			}
+		}
+		if id, _ := md["disk_identity"].(string); id != "" && !diskIdentityRE.MatchString(id) {
+			return errInvalid("slot %d: capacity_metadata.disk_identity %q must be serial:, wwn:, eui64: or nguid: and the value the device reports", i, id)
 		}
 		vf, _ := md["fabric_vf_pci_address"].(string)
 		if vf != "" && task.CheckPCIAddress(vf) != nil {

@@ -316,17 +316,28 @@ func (s *Server) wipeSlot(w http.ResponseWriter, r *http.Request, p Principal) e
 	if slot == nil {
 		return errNotFound(fmt.Sprintf("no slot %d on this node", idx))
 	}
-	if slot.Status != "cleanup_blocked" && slot.Status != "failed" {
-		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots take a repair wipe", slot.SlotIndex, slot.Status), nil)
+	if slot.Status != "cleanup_blocked" && slot.Status != "failed" && (slot.Status != "disabled" || !slot.NeedsWipe) {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is %s; only cleanup_blocked or failed slots, or disabled slots that need a wipe, take a repair wipe", slot.SlotIndex, slot.Status), nil)
 	}
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: req.Apply}, 2*time.Hour,
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeWipeVerify, wipeVerify(slot, req.Apply), 2*time.Hour,
 		audit(r, p, "slot.wipe_requested", "slot", slot.ID, map[string]any{"device": slot.NVMeDevice, "apply": req.Apply}))
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
 	return nil
+}
+
+// wipeVerify is the repair wipe of a slot: its disk, by its own policy, checked against its
+// recorded identity.
+func wipeVerify(slot *apiv1.Slot, apply bool) task.WipeVerify {
+	var md struct {
+		Policy   string `json:"destructive_wipe_policy"`
+		Identity string `json:"disk_identity"`
+	}
+	_ = json.Unmarshal(slot.CapacityMetadata, &md)
+	return task.WipeVerify{SlotID: slot.ID, Device: slot.NVMeDevice, Apply: apply, Policy: md.Policy, DiskIdentity: md.Identity}
 }

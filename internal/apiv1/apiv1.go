@@ -156,12 +156,15 @@ type NodeCreate struct {
 
 // Slot is one approved schedulable bundle (node_resource_slots row).
 type Slot struct {
-	ID               string          `json:"id"`
-	NodeID           string          `json:"node_id"`
-	SlotIndex        int             `json:"slot_index"`
-	CapacityShape    string          `json:"capacity_shape"`
-	Status           string          `json:"status"`
-	StatusReason     string          `json:"status_reason,omitempty"`
+	ID            string `json:"id"`
+	NodeID        string `json:"node_id"`
+	SlotIndex     int    `json:"slot_index"`
+	CapacityShape string `json:"capacity_shape"`
+	Status        string `json:"status"`
+	StatusReason  string `json:"status_reason,omitempty"`
+	// NeedsWipe: the slot has held a claim since its last verified wipe; the database refuses
+	// to make it available until a verified, signed wipe proof is recorded.
+	NeedsWipe        bool            `json:"needs_wipe,omitempty"`
 	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
 	SharingModel     string          `json:"sharing_model"`
 	ProfileName      string          `json:"profile_name,omitempty"`
@@ -384,6 +387,10 @@ type Allocation struct {
 	// Simulated: the allocation's node runs the sim runtime, so no VM exists and its disks
 	// are never written (sold only by a controller that allows simulated hosts).
 	Simulated bool `json:"simulated,omitempty"`
+	// Handover says how the allocation's disks were erased after it ended, from the hosts'
+	// signed, verified wipe proofs ("2 disks sanitized (crypto erase) and verified at ...");
+	// it names no host or device. Show only, once released or failed.
+	Handover string `json:"handover,omitempty"`
 }
 
 // AllocationSlot is one slot an allocation holds, as every caller may see it.

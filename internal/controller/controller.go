@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -171,8 +172,10 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return err
 	}
 	defer hostSt.Close()
+	nodeCA := x509.NewCertPool() // hosts' wipe proofs are checked against the node certificates it issues
+	nodeCA.AddCert(ca.Cert)
 	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
-		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts})
+		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts, NodeCA: nodeCA})
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)

@@ -1,8 +1,11 @@
-// Package disk erases slot disks and proves it: wipe (signatures, then zero the device with
-// blkdiscard's write-zeroes, falling back to a zero fill) and verification by reading back
-// (no filesystem or partition-table signature, sampled regions all zero). Destructive steps
-// run only when explicitly applied and never on a mounted device or the OS disk. Every host
-// path and command goes through the host seam.
+// Package disk erases slot disks and proves it: wipe by the slot's destructive_wipe_policy
+// (NVMe sanitize or secure-erase format where the policy and controller allow, else
+// signatures then blkdiscard's write-zeroes, falling back to a zero fill) and verification
+// by reading back (no filesystem or partition-table signature, sampled regions all zero).
+// The evidence names the method, the device identity read from the device, the bytes and
+// regions read back, tool versions and times. Destructive steps run only when explicitly
+// applied and never on a mounted device, the OS disk, or a disk that is not the slot's.
+// Every host path and command goes through the host seam.
 package disk
 
 import (
@@ -19,21 +22,30 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
-// Evidence is what a wipe did and what verification found (stored in task output and audit).
+// Evidence is what a wipe did and what verification found (stored in task output and audit,
+// and signed by hostd as a slot's wipe proof).
 type Evidence struct {
-	Device         string `json:"device"`
-	Resolved       string `json:"resolved"`
-	Applied        bool   `json:"applied"`
-	Method         string `json:"method"`
-	Bytes          int64  `json:"bytes"`
-	DurationMS     int64  `json:"duration_ms"`
-	Verified       bool   `json:"verified"`
-	SignatureAfter string `json:"signature_after,omitempty"`
-	SampledBytes   int64  `json:"sampled_bytes"`
-	NonZeroRegions int    `json:"non_zero_regions"`
-	Error          string `json:"error,omitempty"`
+	Device         string            `json:"device"`
+	Resolved       string            `json:"resolved"`
+	Applied        bool              `json:"applied"`
+	Policy         string            `json:"policy"`
+	Method         string            `json:"method"`
+	Identity       Identity          `json:"identity"`
+	Bytes          int64             `json:"bytes"`
+	DurationMS     int64             `json:"duration_ms"`
+	Verified       bool              `json:"verified"`
+	SignatureAfter string            `json:"signature_after,omitempty"`
+	SampledBytes   int64             `json:"sampled_bytes"`
+	Regions        int               `json:"regions"` // regions read back
+	NonZeroRegions int               `json:"non_zero_regions"`
+	Tools          map[string]string `json:"tools,omitempty"` // tool -> version line
+	Steps          []string          `json:"steps,omitempty"` // erase commands run, in order
+	StartedAt      time.Time         `json:"started_at,omitzero"`
+	FinishedAt     time.Time         `json:"finished_at,omitzero"`
+	Error          string            `json:"error,omitempty"`
 }
 
 // Wiper wipes and verifies block devices.
@@ -41,6 +53,16 @@ type Wiper struct {
 	FS  hostfs.FS
 	Run hostfs.Runner
 	Now func() time.Time
+	// Sleep waits between NVMe sanitize progress polls (default time.Sleep).
+	Sleep func(time.Duration)
+}
+
+// WipeOptions is one slot disk's wipe.
+type WipeOptions struct {
+	Device   string // /dev/disk/by-id path or /dev node
+	Apply    bool   // false: report what would happen
+	Policy   string // destructive_wipe_policy; empty: blkdiscard_zero_verify
+	Identity string // the slot's recorded disk identity ("serial:...", ...); empty: none recorded
 }
 
 // ErrRefused marks a device that must not be touched.
@@ -124,14 +146,30 @@ func isPartitionSuffix(s string) bool {
 	return s != "" && err == nil
 }
 
-// Wipe erases dev (apply) or reports what would happen (dry run), then verifies.
+// Wipe erases dev (apply) or reports what would happen (dry run) with the default policy,
+// then verifies.
 func (w Wiper) Wipe(ctx context.Context, dev string, apply bool) (Evidence, error) {
+	return w.WipeWith(ctx, WipeOptions{Device: dev, Apply: apply})
+}
+
+// WipeWith erases a slot disk by its policy (or reports what would happen), then verifies.
+// An unknown policy, a mounted device or a device whose identity is not the slot's is
+// refused before anything is written.
+func (w Wiper) WipeWith(ctx context.Context, o WipeOptions) (ev Evidence, err error) {
 	now := w.Now
 	if now == nil {
 		now = time.Now
 	}
-	ev := Evidence{Device: dev, Applied: apply, Method: "wipefs+blkdiscard-zeroout"}
-	resolved, err := w.Resolve(dev)
+	policy := o.Policy
+	if policy == "" {
+		policy = task.WipeBlkdiscardZero
+	}
+	ev = Evidence{Device: o.Device, Applied: o.Apply, Policy: policy, Method: "wipefs+blkdiscard-zeroout"}
+	if err := task.CheckWipePolicy(policy); err != nil {
+		ev.Error = err.Error()
+		return ev, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	resolved, err := w.Resolve(o.Device)
 	if err != nil {
 		ev.Error = err.Error()
 		return ev, err
@@ -143,26 +181,29 @@ func (w Wiper) Wipe(ctx context.Context, dev string, apply bool) (Evidence, erro
 		return ev, err
 	}
 	ev.Bytes = size
-	if !apply {
-		ev.Method = "dry-run: would run wipefs -a, blkdiscard -z (zero-fill fallback), then verify"
+	var ctrl *nvmeCtrl
+	ev.Identity, ctrl = w.identity(ctx, resolved)
+	if err := ev.Identity.Match(o.Identity); err != nil {
+		ev.Error = err.Error()
+		return ev, fmt.Errorf("%w: %s: %v", ErrRefused, o.Device, err)
+	}
+	plan := w.plan(ctx, resolved, policy, ctrl)
+	if !o.Apply {
+		ev.Method = "dry-run: would run " + plan.describe() + ", then verify"
 		return ev, nil
 	}
-	start := now()
-	if _, err := w.Run.Run(ctx, "wipefs", "-a", resolved); err != nil {
+	ev.Tools = w.tools(ctx, ctrl != nil)
+	ev.StartedAt = now().UTC()
+	defer func() { // the end of the erase and its read-back, on every return
+		ev.FinishedAt = now().UTC()
+		ev.DurationMS = ev.FinishedAt.Sub(ev.StartedAt).Milliseconds()
+	}()
+	if err := w.erase(ctx, resolved, size, plan, &ev); err != nil {
 		ev.Error = err.Error()
-		return ev, fmt.Errorf("wipefs: %w", err)
+		return ev, err
 	}
-	if _, err := w.Run.Run(ctx, "blkdiscard", "-z", resolved); err != nil {
-		// Write-zeroes unsupported: zero-fill the whole device.
-		ev.Method = "wipefs+zero-fill"
-		if ferr := w.zeroFill(resolved, size); ferr != nil {
-			ev.Error = ferr.Error()
-			return ev, fmt.Errorf("zero fill after blkdiscard failed (%v): %w", err, ferr)
-		}
-	}
-	ev.DurationMS = now().Sub(start).Milliseconds()
 	vev, err := w.Verify(ctx, resolved, size)
-	ev.Verified, ev.SignatureAfter, ev.SampledBytes, ev.NonZeroRegions = vev.Verified, vev.SignatureAfter, vev.SampledBytes, vev.NonZeroRegions
+	ev.Verified, ev.SignatureAfter, ev.SampledBytes, ev.Regions, ev.NonZeroRegions = vev.Verified, vev.SignatureAfter, vev.SampledBytes, vev.Regions, vev.NonZeroRegions
 	if err != nil {
 		ev.Error = err.Error()
 		return ev, err
@@ -171,6 +212,26 @@ func (w Wiper) Wipe(ctx context.Context, dev string, apply bool) (Evidence, erro
 		ev.Error = "verification failed: the device still holds data"
 	}
 	return ev, nil
+}
+
+// zeroErase is the erase every policy can fall back to: signatures, then write-zeroes (a
+// zero fill where the device cannot).
+func (w Wiper) zeroErase(ctx context.Context, dev string, size int64, ev *Evidence) error {
+	ev.Method = "wipefs+blkdiscard-zeroout"
+	ev.Steps = append(ev.Steps, "wipefs -a "+dev)
+	if _, err := w.Run.Run(ctx, "wipefs", "-a", dev); err != nil {
+		return fmt.Errorf("wipefs: %w", err)
+	}
+	ev.Steps = append(ev.Steps, "blkdiscard -z "+dev)
+	if _, err := w.Run.Run(ctx, "blkdiscard", "-z", dev); err != nil {
+		// Write-zeroes unsupported: zero-fill the whole device.
+		ev.Method = "wipefs+zero-fill"
+		ev.Steps = append(ev.Steps, "zero fill "+dev)
+		if ferr := w.zeroFill(dev, size); ferr != nil {
+			return fmt.Errorf("zero fill after blkdiscard failed (%v): %w", err, ferr)
+		}
+	}
+	return nil
 }
 
 func (w Wiper) size(ctx context.Context, dev string) (int64, error) {
@@ -243,6 +304,7 @@ func (w Wiper) Verify(ctx context.Context, dev string, size int64) (Evidence, er
 			return ev, fmt.Errorf("reading back %s at %d: %w", dev, r[0], err)
 		}
 		ev.SampledBytes += n
+		ev.Regions++
 		if !allZero(buf[:n]) {
 			ev.NonZeroRegions++
 		}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,9 @@ type Config struct {
 	// fails the allocation and a simulated wipe leaves its slot cleanup_blocked; the database
 	// refuses the slot's return to sale too (migration 016).
 	AllowSimulated bool
+	// NodeCA holds the CA certificate(s) that issue node certificates: hosts' wipe proofs are
+	// checked against their signer's certificate, and it against these (nil: no proof counts).
+	NodeCA *x509.CertPool
 }
 
 func (c *Config) defaults() {
@@ -434,6 +438,7 @@ func planFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, string, error) {
 			MAC       string `json:"mac_address"`
 			IP        string `json:"private_ip"`
 			Wipe      string `json:"destructive_wipe_policy"`
+			DiskID    string `json:"disk_identity"`
 			VCPU      *int   `json:"vcpu_count"`
 			MemoryMiB *int   `json:"memory_mib"`
 			HostCPUs  []int  `json:"host_cpus"`
@@ -445,7 +450,7 @@ func planFromSnapshots(snaps []json.RawMessage) ([]task.Bundle, string, error) {
 		housekeeping = cpuset.Union(housekeeping, raw.Housekeep)
 		b = task.Bundle{SlotID: raw.SlotID, SlotIndex: raw.SlotIndex, GPUPCI: raw.PCI, FabricParentPCI: raw.FabricPCI,
 			FabricVFPCI: raw.FabricVF, NVMeDevice: raw.NVMe, NUMANode: raw.NUMANode, MACAddress: raw.MAC, PrivateIP: raw.IP, WipePolicy: raw.Wipe,
-			HostCPUs: cpuset.Format(raw.HostCPUs)}
+			DiskIdentity: raw.DiskID, HostCPUs: cpuset.Format(raw.HostCPUs)}
 		if raw.VCPU != nil {
 			b.VCPUCount = *raw.VCPU
 		}
@@ -678,7 +683,7 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 		_ = json.Unmarshal(tr.Output, &out) // a failed release may carry partial or no proofs
 		proofs := map[string]alloc.WipeProof{}
 		for slot, p := range out.Wiped {
-			proofs[slot] = d.checkSimulated(alloc.WipeProof{Verified: p.Verified && tr.Status == "succeeded", Method: p.Method, Evidence: p.Evidence, Error: p.Error}, out.Simulated)
+			proofs[slot] = d.checkSimulated(d.checkProof(ctx, tr, slot, p), out.Simulated)
 		}
 		if tr.Status != "succeeded" {
 			// A slot the failed release left without proof is blocked with the host's error
@@ -854,14 +859,19 @@ func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error
 		return err // a dry run changes nothing
 	}
 	var ev struct {
-		Verified bool   `json:"verified"`
-		Method   string `json:"method"`
-		Error    string `json:"error"`
-		Bytes    int64  `json:"bytes"`
+		Verified bool            `json:"verified"`
+		Method   string          `json:"method"`
+		Error    string          `json:"error"`
+		Bytes    int64           `json:"bytes"`
+		Proof    *task.WipeProof `json:"proof"`
 	}
 	_ = json.Unmarshal(tr.Output, &ev)
-	proof := d.checkSimulated(alloc.WipeProof{Verified: ev.Verified && tr.Status == "succeeded", Method: ev.Method,
-		Evidence: fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes), Error: ev.Error}, false)
+	hp := task.WipeProof{Method: ev.Method, Error: ev.Error} // no signed proof: never verified
+	if ev.Proof != nil {
+		hp = *ev.Proof
+	}
+	hp.Evidence = fmt.Sprintf("slot.wipe_verify task %s: %d bytes", tr.ID, ev.Bytes)
+	proof := d.checkSimulated(d.checkProof(ctx, tr, p.SlotID, hp), false)
 	if proof.Error == "" && tr.Status != "succeeded" {
 		proof.Error = tr.Error
 	}

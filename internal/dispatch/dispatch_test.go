@@ -173,7 +173,7 @@ func TestLeaseExpiryRedeliversButNeverConcurrently(t *testing.T) {
 }
 
 func TestResultsDriveTheAllocationAndDuplicatesAreIdempotent(t *testing.T) {
-	w := setup(t, dispatch.Config{})
+	w, _, signer := signedSetup(t)
 	a := w.allocate(1)
 	env := w.poll(time.Second)
 	res := task.Result{TaskID: env.TaskID, Attempt: 1, Status: "succeeded", Phases: []task.Phase{{Name: "lease_acquire", Status: "ok"}}}
@@ -210,7 +210,8 @@ func TestResultsDriveTheAllocationAndDuplicatesAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := p.(*task.VMRelease).Bundles[0].SlotID
-	out, _ := json.Marshal(task.ReleaseOutput{Released: true, Wiped: map[string]task.WipeProof{slot: {Verified: true, Method: "blkdiscard_zero_verify"}}})
+	proof := signProof(t, signer, task.WipeProof{Verified: true, Method: "wipefs+blkdiscard-zeroout"}, slot, w.node.ID, rel.TaskID, a.ID)
+	out, _ := json.Marshal(task.ReleaseOutput{Released: true, Wiped: map[string]task.WipeProof{slot: proof}})
 	if _, err := w.d.Result(w.ctx, w.node.ID, rel.TaskID, task.Result{Status: "succeeded", Output: out}); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestResultsDriveTheAllocationAndDuplicatesAreIdempotent(t *testing.T) {
 }
 
 func TestFailedProvisionFailsTheAllocation(t *testing.T) {
-	w := setup(t, dispatch.Config{})
+	w, _, signer := signedSetup(t)
 	a := w.allocate(1)
 	env := w.poll(time.Second)
 	phases := []task.Phase{{Name: "image_fetch", StartedAt: time.Now().UTC().Truncate(time.Millisecond), DurationMS: 12, Status: "ok"},
@@ -260,7 +261,8 @@ func TestFailedProvisionFailsTheAllocation(t *testing.T) {
 	}
 	p, _ := (&task.Verifier{Key: w.pub, NodeID: w.node.ID}).Verify(cl)
 	slot := p.(*task.VMRelease).Bundles[0].SlotID
-	out, _ := json.Marshal(task.ReleaseOutput{Wiped: map[string]task.WipeProof{slot: {Verified: true, Method: "blkdiscard_zero_verify"}}})
+	proof := signProof(t, signer, task.WipeProof{Verified: true, Method: "wipefs+blkdiscard-zeroout"}, slot, w.node.ID, cl.TaskID, a.ID)
+	out, _ := json.Marshal(task.ReleaseOutput{Wiped: map[string]task.WipeProof{slot: proof}})
 	if _, err := w.d.Result(w.ctx, w.node.ID, cl.TaskID, task.Result{Status: "succeeded", Output: out}); err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +475,7 @@ func TestCreateQueuesTheProvisioningTask(t *testing.T) {
 
 // A slot blocked by an unverified wipe returns to service only through a verified repair wipe.
 func TestRepairWipeReturnsBlockedSlot(t *testing.T) {
-	w := setup(t, dispatch.Config{})
+	w, _, signer := signedSetup(t)
 	a := w.allocate(1)
 	env := w.poll(time.Second)
 	if _, err := w.d.Result(w.ctx, w.node.ID, env.TaskID, task.Result{Status: "succeeded"}); err != nil {
@@ -508,7 +510,8 @@ func TestRepairWipeReturnsBlockedSlot(t *testing.T) {
 		if !verified {
 			st = "failed"
 		}
-		out, _ := json.Marshal(map[string]any{"verified": verified, "method": "wipefs+blkdiscard-zeroout", "bytes": 1 << 30})
+		proof := signProof(t, signer, task.WipeProof{Verified: verified, Method: "wipefs+blkdiscard-zeroout"}, slots[0].ID, w.node.ID, id, "")
+		out, _ := json.Marshal(map[string]any{"verified": verified, "method": "wipefs+blkdiscard-zeroout", "bytes": 1 << 30, "proof": proof})
 		if _, err := w.d.Result(w.ctx, w.node.ID, id, task.Result{Status: st, Output: out}); err != nil {
 			t.Fatal(err)
 		}

@@ -951,9 +951,10 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 					wipeErr = errors.Join(wipeErr, fmt.Errorf("slot %d %s: leased to allocation %s", b.SlotIndex, b.NVMeDevice, owner))
 					continue
 				}
-				ev, err := w.Wipe(ctx, b.NVMeDevice, true)
+				ev, err := w.WipeWith(ctx, disk.WipeOptions{Device: b.NVMeDevice, Apply: true, Policy: b.WipePolicy, Identity: b.DiskIdentity})
 				proof := task.WipeProof{Verified: err == nil && ev.Verified, Method: ev.Method,
-					Evidence: fmt.Sprintf("%s (%s): %d bytes, %d sampled, %d non-zero regions, signature after %q", b.NVMeDevice, ev.Resolved, ev.Bytes, ev.SampledBytes, ev.NonZeroRegions, ev.SignatureAfter)}
+					Evidence: fmt.Sprintf("%s (%s, %s): %d bytes, %d sampled, %d non-zero regions, signature after %q", b.NVMeDevice, ev.Resolved, ev.Identity, ev.Bytes, ev.SampledBytes, ev.NonZeroRegions, ev.SignatureAfter)}
+				proof.Details, _ = json.Marshal(ev)
 				if err != nil {
 					proof.Error = err.Error()
 				} else if !ev.Verified {

@@ -578,7 +578,8 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, a
 				'mac_address', s.mac_address, 'private_ip', host(s.private_ip),
 				'vcpu_count', s.vcpu_count, 'memory_mib', s.memory_mib, 'host_cpus', s.host_cpus,
 				'housekeeping_cpus', (SELECT n.housekeeping_cpus FROM nodes n WHERE n.id = $2::uuid),
-				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy')
+				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy',
+				'disk_identity', s.capacity_metadata->>'disk_identity')
 		FROM node_resource_slots s
 		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available'
 		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index

@@ -19,7 +19,7 @@ const slotColumns = `s.id::text, s.node_id::text, s.slot_index, s.capacity_shape
 	s.network_device, s.fabric_pci_address, s.fabric_device_id, s.fabric_metadata, s.numa_node, s.vcpu_count,
 	s.memory_mib, s.host_cpus, s.mac_address, coalesce(host(s.private_ip), ''), s.capacity_metadata, s.health_metadata,
 	coalesce((SELECT c.allocation_id::text FROM allocation_resource_claims c
-	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at`
+	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at, s.needs_wipe`
 
 func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 	var cpus []int
@@ -27,7 +27,7 @@ func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 		&s.SharingModel, &s.ProfileName, &s.GPUModel, &s.GPUCount, &s.PCIAddress, &s.GPUUUID, &s.MIGProfile,
 		&s.GPUMemoryMiB, &s.ComputeMilli, &s.MaxClaims, &s.NVMeDevice, &s.NetworkFabric, &s.NetworkDevice,
 		&s.FabricPCIAddress, &s.FabricDeviceID, &s.FabricMetadata, &s.NUMANode, &s.VCPUCount, &s.MemoryMiB,
-		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt)
+		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt, &s.NeedsWipe)
 	s.HostCPUs = cpuset.Format(cpus)
 	return err
 }
@@ -337,8 +337,9 @@ func (t *Tx) SetSlotEnabled(ctx context.Context, nodeID string, index int, enabl
 		return apiv1.Slot{}, translate(err)
 	}
 	var status string
-	err := t.tx.QueryRow(ctx, `SELECT status FROM node_resource_slots WHERE node_id = $1 AND slot_index = $2 FOR UPDATE`,
-		nodeID, index).Scan(&status)
+	var needsWipe bool
+	err := t.tx.QueryRow(ctx, `SELECT status, needs_wipe FROM node_resource_slots WHERE node_id = $1 AND slot_index = $2 FOR UPDATE`,
+		nodeID, index).Scan(&status, &needsWipe)
 	if err != nil {
 		return apiv1.Slot{}, translate(err)
 	}
@@ -351,6 +352,10 @@ func (t *Tx) SetSlotEnabled(ctx context.Context, nodeID string, index int, enabl
 		// idempotent
 	case enabled && status != "disabled":
 		return apiv1.Slot{}, &DBError{Kind: ErrConflict, Detail: fmt.Sprintf("slot %d is %s; only a disabled slot can be enabled (a cleanup-blocked slot needs a verified wipe)", index, status)}
+	case enabled && needsWipe:
+		// The database refuses it too (migration 015); this says what to do in our words.
+		return apiv1.Slot{}, &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: fmt.Sprintf("slot %d has held a claim since its last verified wipe "+
+			"and cannot be enabled until its disk is wiped and verified: run `gpuaasctl slots wipe NODE %d --apply --wait`, then enable it", index, index)}
 	case !enabled && status != "available" && status != "cleanup_blocked" && status != "failed":
 		return apiv1.Slot{}, &DBError{Kind: ErrConflict, Detail: fmt.Sprintf("slot %d is %s (in use); release it first", index, status)}
 	default:

@@ -202,6 +202,10 @@ func (e *DBError) Error() string {
 func (e *DBError) Is(target error) bool { return target == e.Kind }
 func (e *DBError) Unwrap() error        { return e.Err }
 
+// WipeGate is the constraint name of the database's refusal to put a slot back on sale before a
+// verified wipe (a DBError of kind ErrConflict).
+const WipeGate = "slot_wipe_gate"
+
 // translate maps pgx errors to the package's sentinels; other errors pass through.
 func translate(err error) error {
 	if err == nil {
@@ -220,6 +224,11 @@ func translate(err error) error {
 		case "23514":
 			if pgErr.Hint == "gpuaas:simulated_node" || pgErr.Hint == "gpuaas:simulated_wipe" {
 				return &DBError{Kind: ErrSimulated, Detail: pgErr.Message, Err: err}
+			}
+			if pgErr.ConstraintName == WipeGate {
+				// The slot held a claim since its last verified wipe (migration 015).
+				return &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: pgErr.Message +
+					" (run `gpuaasctl slots wipe NODE INDEX --apply --wait`: a verified wipe clears it)", Err: err}
 			}
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
 		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":

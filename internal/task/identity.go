@@ -72,6 +72,12 @@ func (b Bundle) check() error {
 	if b.PrivateIP != "" && net.ParseIP(b.PrivateIP).To4() == nil {
 		return fmt.Errorf("slot %d: private IP %q is not IPv4", b.SlotIndex, b.PrivateIP)
 	}
+	// A disk this host could not erase by its slot's policy is never handed to a tenant.
+	if b.WipePolicy != "" {
+		if err := CheckWipePolicy(b.WipePolicy); err != nil {
+			return fmt.Errorf("slot %d: %w", b.SlotIndex, err)
+		}
+	}
 	if b.SlotID != "" {
 		return CheckSafeID("slot id", b.SlotID)
 	}
@@ -117,6 +123,11 @@ func (p *StorageTransition) check() error {
 func (p *WipeVerify) check() error {
 	if err := CheckByIDPath(p.Device); err != nil {
 		return err
+	}
+	if p.Policy != "" {
+		if err := CheckWipePolicy(p.Policy); err != nil {
+			return err
+		}
 	}
 	return CheckSafeID("slot id", p.SlotID)
 }

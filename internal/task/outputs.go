@@ -1,11 +1,21 @@
 package task
 
+import "encoding/json"
+
 // WipeProof is a host's evidence that one slot's disk was erased and read back clean.
+// Details is the runtime's structured evidence (internal/disk Evidence); hostd then signs
+// the proof with its node key (internal/wipeproof): Document is the signed document,
+// Signature its signature, SignerCert the node certificate whose key signed it.
 type WipeProof struct {
-	Verified bool   `json:"verified"`
-	Method   string `json:"method"`
-	Evidence string `json:"evidence"`
-	Error    string `json:"error,omitempty"`
+	Verified bool            `json:"verified"`
+	Method   string          `json:"method"`
+	Evidence string          `json:"evidence"`
+	Error    string          `json:"error,omitempty"`
+	Details  json.RawMessage `json:"details,omitempty"`
+
+	Document   string `json:"document,omitempty"` // JSON text, kept as a string so its bytes survive storage
+	Signature  string `json:"signature,omitempty"`
+	SignerCert string `json:"signer_cert,omitempty"`
 }
 
 // ProvisionOutput is the output of slice.vm_provision.

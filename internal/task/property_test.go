@@ -70,7 +70,7 @@ func randBundle(r *rand.Rand, i int) Bundle {
 	numa := r.Intn(8)
 	b := Bundle{SlotID: randID(r), SlotIndex: i, GPUPCI: randPCI(r), FabricVFPCI: randPCI(r),
 		NVMeDevice: "/dev/disk/by-id/nvme-eui." + strconv.FormatUint(r.Uint64(), 16), MACAddress: fmt.Sprintf("52:54:00:%02x:%02x:%02x", r.Intn(256), r.Intn(256), r.Intn(256)),
-		PrivateIP: fmt.Sprintf("10.100.%d.%d", r.Intn(256), 2+r.Intn(250)), WipePolicy: randText(r), VCPUCount: r.Intn(1 << 20), MemoryMiB: r.Int()}
+		PrivateIP: fmt.Sprintf("10.100.%d.%d", r.Intn(256), 2+r.Intn(250)), WipePolicy: []string{WipeBlkdiscardZero, WipeNVMeSanitize, WipeSecureErase}[r.Intn(3)], DiskIdentity: randText(r), VCPUCount: r.Intn(1 << 20), MemoryMiB: r.Int()}
 	if r.Intn(2) == 0 {
 		b.NUMANode = &numa
 	}

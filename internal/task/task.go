@@ -45,8 +45,12 @@ type Bundle struct {
 	MACAddress      string `json:"mac_address"`
 	PrivateIP       string `json:"private_ip"`
 	WipePolicy      string `json:"destructive_wipe_policy"`
-	VCPUCount       int    `json:"vcpu_count,omitempty"`
-	MemoryMiB       int    `json:"memory_mib,omitempty"`
+	// DiskIdentity is the slot disk's recorded identity ("serial:...", "wwn:...", "eui64:...",
+	// "nguid:..."; capacity_metadata.disk_identity), empty when none is recorded: hostd reads
+	// the device's own identity and refuses to wipe or prove a different disk.
+	DiskIdentity string `json:"disk_identity,omitempty"`
+	VCPUCount    int    `json:"vcpu_count,omitempty"`
+	MemoryMiB    int    `json:"memory_mib,omitempty"`
 	// HostCPUs is the slot's own host CPU set (cpulist form, internal/cpuset): the VM's vCPUs
 	// are pinned inside the union of its bundles' sets, never outside.
 	HostCPUs string `json:"host_cpus,omitempty"`
@@ -109,9 +113,11 @@ type StorageTransition struct {
 
 // WipeVerify is the payload of slot.wipe_verify: erase one slot's disk and prove it.
 type WipeVerify struct {
-	SlotID string `json:"slot_id"`
-	Device string `json:"device"` // /dev/disk/by-id path
-	Apply  bool   `json:"apply"`
+	SlotID       string `json:"slot_id"`
+	Device       string `json:"device"` // /dev/disk/by-id path
+	Apply        bool   `json:"apply"`
+	Policy       string `json:"destructive_wipe_policy,omitempty"` // empty: blkdiscard_zero_verify
+	DiskIdentity string `json:"disk_identity,omitempty"`           // as Bundle.DiskIdentity
 }
 
 // Reconcile is the payload of slice.reconcile: what the controller believes runs on the

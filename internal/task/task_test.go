@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -152,5 +153,24 @@ func TestNewRefusesUnknownType(t *testing.T) {
 	_, priv := keys(t)
 	if _, err := New(priv, "t", "n", "shell.exec", map[string]string{"cmd": "id"}, t0, time.Minute, 1); err == nil {
 		t.Fatal("built an envelope for an unknown type")
+	}
+}
+
+// hostd refuses a plan or repair naming a wipe policy it does not implement before it runs
+// (so before any disk is touched).
+func TestUnknownWipePolicyIsRefusedBeforeRunning(t *testing.T) {
+	for _, payload := range []checker{
+		&VMProvision{AllocationID: "a1", Bundles: []Bundle{{SlotID: "s1", WipePolicy: "shred_35_passes"}}},
+		&VMRelease{AllocationID: "a1", Bundles: []Bundle{{SlotID: "s1", WipePolicy: "shred_35_passes"}}},
+		&WipeVerify{SlotID: "s1", Device: "/dev/disk/by-id/nvme-eui.0025384511b23c41", Policy: "shred_35_passes"},
+	} {
+		if err := payload.check(); err == nil || !strings.Contains(err.Error(), `unknown destructive_wipe_policy "shred_35_passes"`) {
+			t.Fatalf("%T with an unknown wipe policy: %v", payload, err)
+		}
+	}
+	for p := range WipePolicies {
+		if err := (&WipeVerify{SlotID: "s1", Device: "/dev/disk/by-id/nvme-eui.0025384511b23c41", Policy: p}).check(); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
 	}
 }

@@ -72,6 +72,9 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		t.Row("Releasing since:", output.TimePtr(a.ReleasingAt))
 	}
 	t.Row("Released:", output.TimePtr(a.ReleasedAt))
+	if a.Handover != "" {
+		t.Row("Handover:", a.Handover)
+	}
 
 	for _, tk := range a.Tasks {
 		t.Blank()
