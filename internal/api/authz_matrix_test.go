@@ -241,6 +241,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			case !allowed && got == 401 && strings.Contains(string(out), c.okMsg) && c.okMsg != "":
 				t.Errorf("%s: refused by the handler, not by authentication: %s", cell, out)
 			}
+			if sqlText.Match(out) {
+				t.Errorf("%s: the answer carries SQL text: %.300s", cell, out)
+			}
 			if who.name == "tenant A" || who.name == "tenant B" {
 				for _, id := range hostIDs {
 					if strings.Contains(string(out), id) {

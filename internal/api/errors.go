@@ -67,10 +67,12 @@ func toAPIError(err error) *apiv1.Error {
 		// it); which node is not the tenant's business.
 		return apiErr(apiv1.CodeSKUUnavailable, "no real capacity: the free capacity is on simulated hosts, which this controller does not sell",
 			map[string]any{"reason": apiv1.ReasonSimulatedHosts})
+	// The store put the database's refusal in our words (store.inOurWords); the constraint
+	// name stays here, in the log at most.
 	case errors.As(err, &dbe) && errors.Is(err, store.ErrConflict):
-		return apiErr(apiv1.CodeConflict, dbe.Detail, map[string]any{"constraint": dbe.Constraint})
+		return apiErr(apiv1.CodeConflict, dbe.Detail, nil)
 	case errors.As(err, &dbe) && errors.Is(err, store.ErrInvalid):
-		return apiErr(apiv1.CodeInvalidRequest, dbe.Detail, map[string]any{"constraint": dbe.Constraint})
+		return apiErr(apiv1.CodeInvalidRequest, dbe.Detail, nil)
 	case errors.Is(err, store.ErrConflict):
 		return apiErr(apiv1.CodeConflict, err.Error(), nil)
 	case errors.Is(err, store.ErrInvalid):

@@ -220,7 +220,7 @@ func translate(err error) error {
 		case "40001", "40P01":
 			return err // retried by InTx
 		case "23505", "23P01": // unique_violation, exclusion_violation
-			return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+			return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}
 		case "23514":
 			if pgErr.Hint == "gpuaas:simulated_node" || pgErr.Hint == "gpuaas:simulated_wipe" {
 				return &DBError{Kind: ErrSimulated, Detail: pgErr.Message, Err: err}
@@ -230,9 +230,9 @@ func translate(err error) error {
 				return &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: pgErr.Message +
 					" (run `gpuaasctl slots wipe NODE INDEX --apply --wait`: a verified wipe clears it)", Err: err}
 			}
-			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}
 		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":
-			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}
 		}
 		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57") {
 			return &DBError{Kind: ErrUnavailable, Detail: pgErr.Message, Err: err}

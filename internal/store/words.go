@@ -1,0 +1,59 @@
+package store
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// constraintWords says, for the constraints a client's request can run into, what went wrong
+// in the client's terms: constraint, table and column names never leave the server.
+var constraintWords = map[string]string{
+	"tenants_name_key":                           "tenant name already taken",
+	"nodes_name_key":                             "node name already taken",
+	"sku_catalog_pkey":                           "a SKU of that name already exists",
+	"os_images_slug_key":                         "an image with that slug already exists",
+	"api_tokens_tenant_id_fkey":                  "tenant not found",
+	"nodes_tenant_id_fkey":                       "tenant not found",
+	"allocations_tenant_id_fkey":                 "tenant not found",
+	"nodes_sku_fkey":                             "SKU not found",
+	"nodes_slice_sku_fkey":                       "slice SKU not found",
+	"allocations_sku_fkey":                       "SKU not found",
+	"allocations_os_image_id_fkey":               "image not found",
+	"node_resource_slots_node_id_slot_index_key": "that slot index already exists on the node",
+}
+
+// inOurWords is the message a database error may carry to a client. Our own triggers and
+// functions raise messages written for clients (they name the slot, node or rule), so those
+// pass; PostgreSQL's own messages name constraints, tables and types, so they are replaced by
+// the constraint's words or, for one not listed, by what kind of mistake it was.
+func inOurWords(e *pgconn.PgError) string {
+	if strings.Contains(e.Where, "PL/pgSQL") {
+		return e.Message
+	}
+	if w, ok := constraintWords[e.ConstraintName]; ok {
+		return w
+	}
+	switch e.Code {
+	case "23505", "23P01":
+		return "that already exists"
+	case "23503":
+		return "it refers to something that does not exist"
+	case "23514":
+		return "a value is outside what is allowed"
+	case "23502":
+		return "a required value is missing"
+	case "22P02":
+		if strings.Contains(e.Message, "uuid") {
+			return "not a valid id"
+		}
+		return "a value is not of the expected form"
+	case "22007", "22008":
+		return "not a valid date or time"
+	case "22003":
+		return "a number is out of range"
+	case "22023":
+		return "a value is not valid"
+	}
+	return "the database refused the change"
+}
