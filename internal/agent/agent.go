@@ -81,7 +81,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pinned task-signing key: %w", err)
 	}
-	if a.replay, err = task.NewDiskReplayStore(filepath.Join(cfg.StateDir, "completed")); err != nil {
+	if a.replay, err = task.NewDiskReplayStore(filepath.Join(cfg.StateDir, "completed"), cfg.ClockSkew); err != nil {
 		return nil, err
 	}
 	if a.spool, err = NewSpool(filepath.Join(cfg.StateDir, "spool")); err != nil {
@@ -392,7 +392,7 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 	// A refused task did not run: its id is not recorded as completed, so a later delivery
 	// that verifies (a host clock put right, a re-signed attempt) can still run it once.
 	if res.Status != "refused" {
-		if err := a.replay.MarkCompleted(env.TaskID); err != nil {
+		if err := a.replay.MarkCompleted(env.TaskID, env.NotAfter); err != nil {
 			log.Error("cannot record completion", "err", err)
 		}
 	}
