@@ -82,6 +82,7 @@ type Host struct {
 	cfg  HostConfig
 	mu   sync.Mutex
 	turl string
+	busy map[string]int // allocation id -> provisions and releases running here
 }
 
 // SetTelemetryURL records where guests reach the telemetry endpoint (known once it listens).
@@ -128,7 +129,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Host{cfg: cfg, turl: cfg.TelemetryURL}, nil
+	return &Host{cfg: cfg, turl: cfg.TelemetryURL, busy: map[string]int{}}, nil
 }
 
 // Name is "lab" or "libvirt".
@@ -177,6 +178,7 @@ const labSkip = "lab host: no PCI passthrough"
 // behind; a retried task finds its own leases and a running domain and carries on.
 func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (task.ProvisionOutput, error) {
 	out := task.ProvisionOutput{Runtime: h.Name(), VMName: VMName(p.AllocationID)}
+	defer h.working(p.AllocationID)()
 	if err := validatePlan(p.Bundles); err != nil {
 		return out, planInvalid("%v", err)
 	}
@@ -846,6 +848,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (task.ReleaseOutput, error) {
 	name := VMName(p.AllocationID)
 	out := task.ReleaseOutput{Runtime: h.Name(), VMName: name, Wiped: map[string]task.WipeProof{}, SlotCount: len(p.Bundles)}
+	defer h.working(p.AllocationID)()
 	if len(p.Bundles) == 0 {
 		return out, errors.New("release plan has no bundles")
 	}
