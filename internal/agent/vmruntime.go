@@ -61,7 +61,11 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 	if cfg.NodeSchedulerLeaseTTLSeconds > 0 {
 		ttl = leases.TTLFromEnv(func(string) string { return strconv.Itoa(cfg.NodeSchedulerLeaseTTLSeconds) })
 	}
-	reg := telemetry.NewRegistry()
+	reg, err := telemetry.OpenRegistry(filepath.Join(cfg.StateDir, "telemetry"))
+	if err != nil {
+		hv.Close()
+		return nil, nil, err
+	}
 	h, err := slicevm.NewHost(slicevm.HostConfig{Lab: cfg.Runtime == "lab", DataDir: cfg.DataDir, FS: hostfs.New(cfg.HostRoot), Run: hostfs.Exec{},
 		Hypervisor: hv, Leases: &leases.Dir{Path: filepath.Join(cfg.DataDir, "node-scheduler", "leases"), TTL: ttl},
 		Images: &imagecache.Cache{Dir: filepath.Join(cfg.DataDir, "slice-images"), MaxBytes: imagecache.DefaultMaxBytes},

@@ -298,11 +298,17 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			return ssh.FingerprintSHA256(signer.PublicKey()), nil
 		}},
 		{"guest_telemetry_register", func() (string, error) {
+			// A token issued by an earlier attempt may already be in a running guest's seed:
+			// it is reused, and only a token this attempt issued is revoked if it fails.
+			had := h.cfg.Telemetry.Has(p.AllocationID)
 			var err error
 			if token, err = h.cfg.Telemetry.Register(p.AllocationID); err != nil {
 				return "", err
 			}
-			cleanup = append(cleanup, func() { h.cfg.Telemetry.Unregister(p.AllocationID) })
+			if had {
+				return "per-allocation token kept (issued by an earlier attempt)", nil
+			}
+			cleanup = append(cleanup, func() { _ = h.cfg.Telemetry.Unregister(p.AllocationID) })
 			return "per-allocation token issued", nil
 		}},
 		{"cloud_init_seed_files", func() (string, error) {
@@ -988,8 +994,9 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 					slots = append(slots, b.SlotID)
 				}
 			}
-			h.cfg.Telemetry.Unregister(p.AllocationID)
+			terr := h.cfg.Telemetry.Unregister(p.AllocationID)
 			n, err := h.cfg.Leases.Release(p.AllocationID, slots)
+			err = errors.Join(err, terr)
 			out.LeasesReleased = n
 			if len(slots) < len(p.Bundles) {
 				return fmt.Sprintf("%d released; slots with unverified disks keep their lease", n), err
