@@ -1,0 +1,71 @@
+package hypervisor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/hypervisor"
+	"github.com/gpuaas/gpuaas/internal/labguest"
+)
+
+// One connection keeps working across a libvirtd restart: a domain started before it is
+// still seen running through the same Libvirt afterwards (libvirtd is stopped and started
+// again for real; the guest lives on), and it can then be stopped and removed.
+func TestCallsSurviveALibvirtdRestart(t *testing.T) {
+	if _, err := os.Stat(hypervisor.DefaultSocket); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must start libvirtd (%s missing)", hypervisor.DefaultSocket)
+		}
+		t.Skipf("libvirtd not running (%s missing)", hypervisor.DefaultSocket)
+	}
+	if _, err := os.Stat(labguest.LibvirtdPIDFile); err != nil {
+		t.Skipf("libvirtd not started with a pid file (%v): restart it by hand to run this", err)
+	}
+	h, err := hypervisor.Connect(hypervisor.DefaultSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	name := fmt.Sprintf("gpuaas-hvrestart-%d", os.Getpid())
+	t.Cleanup(func() {
+		_ = exec.Command("virsh", "-c", "qemu:///system", "destroy", name).Run()
+		_ = exec.Command("virsh", "-c", "qemu:///system", "undefine", name).Run()
+	})
+	// A guest with no disk: firmware finds nothing to boot and idles, which is all this needs.
+	xml := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
+<os><type arch='x86_64'>hvm</type></os><devices><graphics type='none'/></devices></domain>`, name)
+	if err := h.Define(xml); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(name); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := labguest.RestartLibvirtd(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if st, err := h.State(name); err != nil || st != hypervisor.Running {
+		t.Fatalf("after the libvirtd restart: state %q, %v (want running, through the same connection)", st, err)
+	}
+	names, err := h.List("gpuaas-hvrestart-")
+	if err != nil || !slices.Contains(names, name) {
+		t.Fatalf("after the libvirtd restart: list %q, %v", names, err)
+	}
+	if err := h.Destroy(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Undefine(name); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.State(name); err != nil || st != hypervisor.NotFound {
+		t.Fatalf("after destroy and undefine: %q, %v", st, err)
+	}
+}
