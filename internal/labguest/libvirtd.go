@@ -14,6 +14,10 @@ import (
 	"github.com/gpuaas/gpuaas/internal/hypervisor"
 )
 
+// RestartEnv must be "1" for a test to restart libvirtd: the restart breaks any other lab
+// test's virsh call in flight, so those tests run alone (`make lab-libvirtd`).
+const RestartEnv = "GPUAAS_LAB_LIBVIRTD_RESTART"
+
 // LibvirtdPIDFile is where a libvirtd started without systemd (`libvirtd -d`) records itself.
 const LibvirtdPIDFile = "/run/libvirtd.pid"
 
