@@ -23,7 +23,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults bench soak lint completions deps clean fuzz
+.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz
 
 all: build
 
@@ -92,6 +92,13 @@ lab-faults: deps
 	set -o pipefail; GPUAAS_LAB_FAULTS=1 LABFAULTS_OUT=$(CURDIR)/bin/lab-faults.jsonl LABFAULTS_TABLE=$(CURDIR)/bin/lab-faults.md \
 		$(GO) test -count=1 -timeout 90m -v -run 'TestLabFaults$$' ./internal/e2e 2>&1 | tee bin/lab-faults.log | \
 		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
+
+# lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
+# VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:
+# a restart would break any other lab test's virsh call in flight (CI runs it after make test).
+lab-libvirtd: deps
+	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -v -run 'TestCallsSurviveALibvirtdRestart$$' ./internal/hypervisor
+	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -timeout 20m -v -run 'TestScripts/lab_vm_libvirtd_restart$$' ./internal/e2e
 
 # bench measures issue 9's targets side by side in one run (these machines are noisy: only
 # ratios within a run are stable) and writes bench/report.md + JSON + plots; about 14 minutes on 2 cores (BENCH_ARGS=--seeds=1: about 12).

@@ -55,7 +55,8 @@ type Agent struct {
 	running  atomic.Int32
 	m        *metrics
 	host     hostfs.FS
-	knobs    Knobs // testing hooks (zero in the gpuaas-hostd binary)
+	knobs    Knobs    // testing hooks (zero in the gpuaas-hostd binary)
+	loop     progress // the poll loop's promise to the systemd watchdog
 	// metricsAddr is where /metrics listens (set once serving).
 	metricsAddr atomic.Value
 }
@@ -81,7 +82,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pinned task-signing key: %w", err)
 	}
-	if a.replay, err = task.NewDiskReplayStore(filepath.Join(cfg.StateDir, "completed")); err != nil {
+	if a.replay, err = task.NewDiskReplayStore(filepath.Join(cfg.StateDir, "completed"), cfg.ClockSkew); err != nil {
 		return nil, err
 	}
 	if a.spool, err = NewSpool(filepath.Join(cfg.StateDir, "spool")); err != nil {
@@ -124,7 +125,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("gpuaas-hostd running", "servers", a.srv.String(), "node", a.cfg.NodeID, "runtime", a.runtime.Name(), "version", a.version)
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
-	go a.watchdog(bg)
+	// step bounds one stretch of the loop's own work between blocking calls.
+	wd := watchdogInterval()
+	step := wd
+	if step <= 0 {
+		step = time.Minute
+	}
+	a.loop.expect(step)
+	go a.watchdog(bg, wd)
 	if a.vm != nil {
 		if err := a.vm.start(bg); err != nil {
 			return err
@@ -142,12 +150,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.kickSender()
 
 	backoff := newBackoff()
+	waitSlot := time.NewTicker(step / 2)
+	defer waitSlot.Stop()
 	for ctx.Err() == nil {
-		select {
-		case a.sem <- struct{}{}:
-		case <-ctx.Done():
+		a.loop.expect(step)
+		// Waiting for a free task slot is progress: running tasks hold them.
+		acquired := false
+		for !acquired && ctx.Err() == nil {
+			select {
+			case a.sem <- struct{}{}:
+				acquired = true
+			case <-waitSlot.C:
+				a.loop.expect(step)
+			case <-ctx.Done():
+			}
+		}
+		if !acquired {
 			continue
 		}
+		a.knobs.loopStep(ctx)
 		// Every free task slot is offered in one poll: a burst of tasks arrives together.
 		slots := 1
 	more:
@@ -159,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				break more
 			}
 		}
+		a.loop.expect(pollTimeout(a.cfg.PollWait) + step)
 		envs, err := a.poll(ctx, slots)
 		for i := len(envs); i < slots; i++ {
 			<-a.sem // slots not used by a task
@@ -167,6 +189,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				a.m.pollErrors.Inc()
 				d := backoff.next()
+				a.loop.expect(d + step)
 				a.log.Warn("poll failed; retrying", "err", err, "in", d)
 				sleepCtx(ctx, d)
 			}
@@ -189,6 +212,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}()
 		}
 	}
+	// Stopping: TimeoutStopSec bounds the wait for running tasks, not the watchdog.
+	a.loop.expect(24 * time.Hour)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	a.log.Info("stopping: no new tasks; waiting for running ones")
 	a.wg.Wait()
@@ -288,10 +313,13 @@ func jitterWait(d time.Duration) time.Duration {
 // maxPollTasks is the most tasks one poll asks for (the controller's limit).
 const maxPollTasks = 64
 
+// pollTimeout bounds one long poll of wait.
+func pollTimeout(wait time.Duration) time.Duration { return wait + 15*time.Second }
+
 // poll long-polls for up to max tasks (none when the wait ends empty).
 func (a *Agent) poll(ctx context.Context, max int) ([]*task.Envelope, error) {
 	wait := jitterWait(a.cfg.PollWait)
-	pctx, cancel := context.WithTimeout(ctx, wait+15*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, pollTimeout(wait))
 	defer cancel()
 	resp, data, err := a.do(pctx, "GET", fmt.Sprintf("/api/v1/agent/tasks?wait=%s&max=%d", wait, max), nil)
 	if err != nil {
@@ -392,7 +420,7 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 	// A refused task did not run: its id is not recorded as completed, so a later delivery
 	// that verifies (a host clock put right, a re-signed attempt) can still run it once.
 	if res.Status != "refused" {
-		if err := a.replay.MarkCompleted(env.TaskID); err != nil {
+		if err := a.replay.MarkCompleted(env.TaskID, env.NotAfter); err != nil {
 			log.Error("cannot record completion", "err", err)
 		}
 	}
@@ -717,23 +745,6 @@ func (a *Agent) freshConnections() {
 	}
 	a.hc.Store(&http.Client{Transport: tr.Clone()})
 	tr.CloseIdleConnections() // in-flight requests finish on the old transport
-}
-
-func (a *Agent) watchdog(ctx context.Context) {
-	interval, err := daemon.SdWatchdogEnabled(false)
-	if err != nil || interval == 0 {
-		return
-	}
-	t := time.NewTicker(interval / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_, _ = daemon.SdNotify(false, daemon.SdNotifyWatchdog)
-		}
-	}
 }
 
 func taskIDSafe(id string) bool {

@@ -204,7 +204,7 @@ func TestSpoolDeliversAfterOutageExactlyOnce(t *testing.T) {
 	if n := f.delivered("task-1"); n != 1 {
 		t.Fatalf("result delivered %d times", n)
 	}
-	done2, _ := a.replay.Completed("task-1")
+	done2, _ := a.replay.Completed("task-1", time.Now())
 	if !done2 {
 		t.Fatal("completed task id not remembered")
 	}
@@ -225,7 +225,7 @@ func TestForeignTaskRefusedAndReported(t *testing.T) {
 	waitUntil(t, "the refusal to be reported", func() bool { return f.delivered("task-x") == 1 })
 	cancel()
 	<-done
-	if ok, _ := a.replay.Completed("task-x"); ok {
+	if ok, _ := a.replay.Completed("task-x", time.Now()); ok {
 		t.Fatal("a foreign task's id was marked completed")
 	}
 }
@@ -262,7 +262,7 @@ func TestHostClockSkew(t *testing.T) {
 			if res.Status != tc.want || (tc.text != "" && !regexp.MustCompile(tc.text).MatchString(res.Error)) {
 				t.Fatalf("result %s %q, want %s matching %q", res.Status, res.Error, tc.want, tc.text)
 			}
-			if ran, _ := a.replay.Completed("task-skew"); ran != (tc.want == "succeeded") {
+			if ran, _ := a.replay.Completed("task-skew", time.Now()); ran != (tc.want == "succeeded") {
 				t.Fatalf("task completed here = %v, want %v", ran, tc.want == "succeeded")
 			}
 			if tc.want != "refused" {

@@ -15,6 +15,15 @@ type Knobs struct {
 	// blocks until ctx ends) and kills it with SIGKILL: the crash lands inside the named
 	// phase, its side effects done and not yet known to anyone.
 	PhaseDone func(ctx context.Context, p PhasePoint)
+	// LoopStep is called by the poll loop at each turn, before it polls: the watchdog test
+	// blocks it to make a stuck loop.
+	LoopStep func(ctx context.Context)
+}
+
+func (k Knobs) loopStep(ctx context.Context) {
+	if k.LoopStep != nil {
+		k.LoopStep(ctx)
+	}
 }
 
 // PhasePoint names where a slice VM task is.

@@ -22,7 +22,7 @@ import (
 )
 
 // vmServices are the host services a VM runtime needs while hostd runs: the DHCP server on
-// the slice bridge and the guest telemetry endpoint.
+// the slice bridge, the guest telemetry endpoint and the renewal of live slices' leases.
 type vmServices struct {
 	host      *slicevm.Host
 	bridgeIP  net.IP
@@ -61,7 +61,11 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 	if cfg.NodeSchedulerLeaseTTLSeconds > 0 {
 		ttl = leases.TTLFromEnv(func(string) string { return strconv.Itoa(cfg.NodeSchedulerLeaseTTLSeconds) })
 	}
-	reg := telemetry.NewRegistry()
+	reg, err := telemetry.OpenRegistry(filepath.Join(cfg.StateDir, "telemetry"))
+	if err != nil {
+		hv.Close()
+		return nil, nil, err
+	}
 	h, err := slicevm.NewHost(slicevm.HostConfig{Lab: cfg.Runtime == "lab", DataDir: cfg.DataDir, FS: hostfs.New(cfg.HostRoot), Run: hostfs.Exec{},
 		Hypervisor: hv, Leases: &leases.Dir{Path: filepath.Join(cfg.DataDir, "node-scheduler", "leases"), TTL: ttl},
 		Images: &imagecache.Cache{Dir: filepath.Join(cfg.DataDir, "slice-images"), MaxBytes: imagecache.DefaultMaxBytes},
@@ -74,7 +78,8 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 	return h, &vmServices{host: h, bridgeIP: ip, dhcp: srv, telemetry: reg, hyper: hv, addr: cfg.TelemetryAddr, log: log}, nil
 }
 
-// start binds the DHCP server to the bridge and the telemetry listener; both stop with ctx.
+// start binds the DHCP server to the bridge and the telemetry listener and starts renewing
+// leases; all stop with ctx.
 func (s *vmServices) start(ctx context.Context) error {
 	if err := s.dhcp.Listen(); err != nil {
 		return err
@@ -85,6 +90,7 @@ func (s *vmServices) start(ctx context.Context) error {
 		}
 	}()
 	go func() { <-ctx.Done(); _ = s.dhcp.Close() }()
+	go s.host.KeepLeases(ctx)
 	if s.addr == "off" {
 		return nil
 	}

@@ -25,7 +25,12 @@ import (
 
 // labCondition is the [lab] condition: true when the lab can run. Under CI a missing piece
 // is an error, not a skip (.ci/run installs and starts everything).
+// [libvirtd-restart] is true when the run may restart libvirtd (labguest.RestartEnv): such a
+// script runs alone (make lab-libvirtd).
 func labCondition(cond string) (bool, error) {
+	if cond == "libvirtd-restart" {
+		return os.Getenv(labguest.RestartEnv) == "1", nil
+	}
 	if cond != "lab" {
 		return false, fmt.Errorf("unknown condition %q", cond)
 	}

@@ -99,6 +99,7 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"labmount":         labMount,
 			"libvirtrelay":     libvirtRelay,
 			"libvirtdown":      libvirtDown,
+			"restartlibvirtd":  restartLibvirtd,
 			"waitphase":        waitPhase,
 			"waitunauthorized": waitUnauthorized,
 			"tmuxstart":        tmuxStart,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -46,34 +47,100 @@ type Hypervisor interface {
 // ErrNotFound is a domain that does not exist.
 var ErrNotFound = errors.New("domain not found")
 
-// Libvirt talks to libvirtd over its local socket.
-type Libvirt struct{ l *libvirt.Libvirt }
+// Libvirt talks to libvirtd over its local socket. libvirtd may restart under it (an
+// upgrade, a crash, an operator): a call that finds the connection gone dials again and is
+// run once more on the new connection, so hostd carries on without a restart of its own.
+// Every call here is safe to repeat (define is a redefine, start and destroy look at the
+// state first, undefine of a missing domain is success).
+type Libvirt struct {
+	socket string
+	mu     sync.Mutex
+	l      *libvirt.Libvirt
+}
 
 // DefaultSocket is libvirtd's system socket.
 const DefaultSocket = "/run/libvirt/libvirt-sock"
+
+// dropWait is how long a failed call waits to learn whether its connection dropped.
+const dropWait = 2 * time.Second
 
 // Connect opens qemu:///system on the socket.
 func Connect(socket string) (*Libvirt, error) {
 	if socket == "" {
 		socket = DefaultSocket
 	}
-	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(socket), dialers.WithLocalTimeout(5*time.Second)))
-	if err := l.ConnectToURI(libvirt.QEMUSystem); err != nil {
+	l, err := dial(socket)
+	if err != nil {
 		return nil, fmt.Errorf("hypervisor: connect %s: %w", socket, err)
 	}
-	return &Libvirt{l: l}, nil
+	return &Libvirt{socket: socket, l: l}, nil
+}
+
+func dial(socket string) (*libvirt.Libvirt, error) {
+	l := libvirt.NewWithDialer(dialers.NewLocal(dialers.WithSocket(socket), dialers.WithLocalTimeout(5*time.Second)))
+	if err := l.ConnectToURI(libvirt.QEMUSystem); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Close disconnects.
-func (h *Libvirt) Close() error { return h.l.Disconnect() }
+func (h *Libvirt) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.l.IsConnected() {
+		return nil
+	}
+	return h.l.Disconnect()
+}
 
-func (h *Libvirt) lookup(name string) (libvirt.Domain, error) {
-	d, err := h.l.DomainLookupByName(name)
+// conn is the current connection, dialed again if libvirtd dropped it.
+func (h *Libvirt) conn() (*libvirt.Libvirt, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.l.IsConnected() {
+		return h.l, nil
+	}
+	l, err := dial(h.socket)
+	if err != nil {
+		return nil, fmt.Errorf("hypervisor: libvirtd connection lost; reconnecting to %s: %w", h.socket, err)
+	}
+	h.l = l
+	return l, nil
+}
+
+// do runs fn on a live connection. An error that is not libvirtd's answer (a libvirt.Error)
+// may be the connection dropping: once the connection says it is gone, fn runs once more on
+// a new one.
+func (h *Libvirt) do(fn func(l *libvirt.Libvirt) error) error {
+	l, err := h.conn()
+	if err != nil {
+		return err
+	}
+	err = fn(l)
+	var le libvirt.Error
+	if err == nil || errors.As(err, &le) || errors.Is(err, ErrNotFound) {
+		return err // libvirtd answered
+	}
+	select {
+	case <-l.Disconnected():
+	case <-time.After(dropWait):
+		return err // the connection is up: a genuine failure
+	}
+	l, cerr := h.conn()
+	if cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return fn(l)
+}
+
+func (h *Libvirt) lookup(l *libvirt.Libvirt, name string) (libvirt.Domain, error) {
+	d, err := l.DomainLookupByName(name)
 	if err != nil {
 		if isNoDomain(err) {
 			return d, fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
-		return d, fmt.Errorf("hypervisor: lookup %s: %w", name, err)
+		return d, err
 	}
 	return d, nil
 }
@@ -88,7 +155,8 @@ func isNoDomain(err error) bool {
 
 // Define defines (or redefines) a persistent domain from XML.
 func (h *Libvirt) Define(xml string) error {
-	if _, err := h.l.DomainDefineXML(xml); err != nil {
+	err := h.do(func(l *libvirt.Libvirt) error { _, err := l.DomainDefineXML(xml); return err })
+	if err != nil {
 		return fmt.Errorf("hypervisor: define: %w", err)
 	}
 	return nil
@@ -96,77 +164,105 @@ func (h *Libvirt) Define(xml string) error {
 
 // Start boots a defined domain (a running one is left alone: idempotent).
 func (h *Libvirt) Start(name string) error {
-	d, err := h.lookup(name)
-	if err != nil {
-		return err
-	}
-	if st, _ := h.State(name); st == Running {
-		return nil
-	}
-	if err := h.l.DomainCreate(d); err != nil {
+	err := h.do(func(l *libvirt.Libvirt) error {
+		d, err := h.lookup(l, name)
+		if err != nil {
+			return err
+		}
+		if st, _ := h.state(l, d); st == Running {
+			return nil
+		}
+		return l.DomainCreate(d)
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("hypervisor: start %s: %w", name, err)
 	}
-	return nil
+	return err
 }
 
 // Shutdown asks the guest to power off (ACPI).
 func (h *Libvirt) Shutdown(name string) error {
-	d, err := h.lookup(name)
-	if err != nil {
-		return err
-	}
-	if err := h.l.DomainShutdown(d); err != nil {
+	err := h.do(func(l *libvirt.Libvirt) error {
+		d, err := h.lookup(l, name)
+		if err != nil {
+			return err
+		}
+		return l.DomainShutdown(d)
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("hypervisor: shutdown %s: %w", name, err)
 	}
-	return nil
+	return err
 }
 
 // Destroy hard-stops an active domain (running, paused, being shut down...; a stopped one is
 // left alone).
 func (h *Libvirt) Destroy(name string) error {
-	d, err := h.lookup(name)
-	if err != nil {
-		return err
-	}
-	if st, err := h.State(name); err == nil && !st.Active() {
-		return nil
-	}
-	if err := h.l.DomainDestroy(d); err != nil {
+	err := h.do(func(l *libvirt.Libvirt) error {
+		d, err := h.lookup(l, name)
+		if err != nil {
+			return err
+		}
+		if st, err := h.state(l, d); err == nil && !st.Active() {
+			return nil
+		}
+		return l.DomainDestroy(d)
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("hypervisor: destroy %s: %w", name, err)
 	}
-	return nil
+	return err
 }
 
 // Undefine removes the domain definition and its NVRAM (a missing domain is success).
 func (h *Libvirt) Undefine(name string) error {
-	d, err := h.lookup(name)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := h.l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
-		// Older libvirt without NVRAM support for this domain: plain undefine.
-		if err2 := h.l.DomainUndefineFlags(d, 0); err2 != nil {
-			return fmt.Errorf("hypervisor: undefine %s: %w", name, err)
+	err := h.do(func(l *libvirt.Libvirt) error {
+		d, err := h.lookup(l, name)
+		if errors.Is(err, ErrNotFound) {
+			return nil
 		}
+		if err != nil {
+			return err
+		}
+		if err := l.DomainUndefineFlags(d, libvirt.DomainUndefineNvram); err != nil {
+			// Older libvirt without NVRAM support for this domain: plain undefine.
+			if err2 := l.DomainUndefineFlags(d, 0); err2 != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("hypervisor: undefine %s: %w", name, err)
 	}
 	return nil
 }
 
 // State reports the domain's state.
 func (h *Libvirt) State(name string) (State, error) {
-	d, err := h.lookup(name)
-	if errors.Is(err, ErrNotFound) {
-		return NotFound, nil
-	}
-	if err != nil {
-		return Other, err
-	}
-	st, _, err := h.l.DomainGetState(d, 0)
+	st := Other
+	err := h.do(func(l *libvirt.Libvirt) error {
+		d, err := h.lookup(l, name)
+		if errors.Is(err, ErrNotFound) {
+			st = NotFound
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		st, err = h.state(l, d)
+		return err
+	})
 	if err != nil {
 		return Other, fmt.Errorf("hypervisor: state %s: %w", name, err)
+	}
+	return st, nil
+}
+
+func (h *Libvirt) state(l *libvirt.Libvirt, d libvirt.Domain) (State, error) {
+	st, _, err := l.DomainGetState(d, 0)
+	if err != nil {
+		return Other, err
 	}
 	switch libvirt.DomainState(st) {
 	case libvirt.DomainRunning:
@@ -181,15 +277,22 @@ func (h *Libvirt) State(name string) (State, error) {
 
 // List names the defined domains whose names start with prefix (reconcile finds orphans).
 func (h *Libvirt) List(prefix string) ([]string, error) {
-	ds, _, err := h.l.ConnectListAllDomains(1, 0)
+	var out []string
+	err := h.do(func(l *libvirt.Libvirt) error {
+		ds, _, err := l.ConnectListAllDomains(1, 0)
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, d := range ds {
+			if strings.HasPrefix(d.Name, prefix) {
+				out = append(out, d.Name)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("hypervisor: list: %w", err)
-	}
-	var out []string
-	for _, d := range ds {
-		if strings.HasPrefix(d.Name, prefix) {
-			out = append(out, d.Name)
-		}
 	}
 	return out, nil
 }
@@ -203,7 +306,7 @@ func Console(ctx context.Context, socket, name string, out io.Writer) error {
 		return err
 	}
 	defer h.Close()
-	d, err := h.lookup(name)
+	d, err := h.lookup(h.l, name)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 // Package imagecache downloads slice OS images into the host cache
 // (/var/lib/gpuaas/slice-images), verifies their sha256 against the catalog digest, and
 // hands out verified paths. A cached file is re-verified before use; a partial or
-// mismatching download never becomes a cache entry. VMs never boot from the cache: the
+// mismatching download never becomes a cache entry. An HTTP download that drops or meets a
+// server error is retried with backoff and resumed where it stopped (Range); the digest is
+// still checked over the whole file. VMs never boot from the cache: the
 // runtime converts the image onto the slot disk.
 package imagecache
 
@@ -11,12 +13,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +38,10 @@ type Cache struct {
 	Client   *http.Client
 	// Progress, when set, is called as bytes arrive (total -1 when unknown).
 	Progress func(done, total int64)
+	// Attempts bounds the requests of one HTTP download (DefaultAttempts when 0); Backoff is
+	// the first wait between them, doubled each time up to 30 s (DefaultBackoff when 0).
+	Attempts int
+	Backoff  time.Duration
 }
 
 // ErrDigestMismatch is an image whose content does not match the catalog digest.
@@ -71,84 +81,103 @@ func (c *Cache) GetProgress(ctx context.Context, source, digest string, progress
 	return p, true, nil
 }
 
+// Download retries (defaults of Cache.Attempts and Cache.Backoff).
+const (
+	DefaultAttempts = 5
+	DefaultBackoff  = time.Second
+	maxBackoff      = 30 * time.Second
+)
+
+// partial is a download in progress: the temporary file, the digest of what it holds, and
+// how many bytes that is. A retry appends to it (HTTP Range) or starts it over.
+type partial struct {
+	f     *os.File
+	h     hash.Hash
+	done  int64
+	total int64 // -1 when unknown
+	max   int64
+	prog  func(done, total int64)
+}
+
+// reset empties the partial file: the server sent the whole image again.
+func (p *partial) reset() error {
+	if err := p.f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := p.f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	p.h.Reset()
+	p.done = 0
+	return nil
+}
+
+// copyFrom appends body to the partial file, enforcing the size cap.
+func (p *partial) copyFrom(body io.Reader) error {
+	buf := make([]byte, 1<<20)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if p.done+int64(n) > p.max {
+				return permanent(fmt.Errorf("imagecache: image exceeds the %d byte cap", p.max))
+			}
+			if _, err := p.f.Write(buf[:n]); err != nil {
+				return permanent(err)
+			}
+			p.h.Write(buf[:n])
+			p.done += int64(n)
+			if p.prog != nil {
+				p.prog(p.done, p.total)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return fmt.Errorf("imagecache: download interrupted after %d bytes: %w", p.done, rerr)
+		}
+	}
+}
+
+// permanentError is a download failure a retry cannot mend (not found, over the cap, a
+// local disk error).
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return &permanentError{err} }
+
 func (c *Cache) download(ctx context.Context, source, digest, dst string, progress func(done, total int64)) error {
 	u, err := url.Parse(source)
 	if err != nil {
 		return fmt.Errorf("imagecache: source %q: %w", source, err)
 	}
-	var body io.ReadCloser
-	total := int64(-1)
-	switch u.Scheme {
-	case "http", "https":
-		hc := c.Client
-		if hc == nil {
-			hc = &http.Client{Timeout: 6 * time.Hour}
-		}
-		req, err := http.NewRequestWithContext(ctx, "GET", source, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return fmt.Errorf("imagecache: download: %w", err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return fmt.Errorf("imagecache: download %s: %s", source, resp.Status)
-		}
-		body, total = resp.Body, resp.ContentLength
-	case "file":
-		f, err := os.Open(u.Path)
-		if err != nil {
-			return fmt.Errorf("imagecache: %w", err)
-		}
-		if fi, err := f.Stat(); err == nil {
-			total = fi.Size()
-		}
-		body = f
-	default:
+	if u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file" {
 		return fmt.Errorf("imagecache: unsupported source scheme %q (http, https, file)", u.Scheme)
 	}
-	defer body.Close()
 	max := c.MaxBytes
 	if max <= 0 {
 		max = DefaultMaxBytes
-	}
-	if total > max {
-		return fmt.Errorf("imagecache: image is %d bytes, over the %d byte cap", total, max)
 	}
 	tmp, err := os.CreateTemp(c.Dir, ".partial-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op once renamed
-	h := sha256.New()
-	var done int64
-	buf := make([]byte, 1<<20)
-	for {
-		n, rerr := body.Read(buf)
-		if n > 0 {
-			done += int64(n)
-			if done > max {
-				tmp.Close()
-				return fmt.Errorf("imagecache: image exceeds the %d byte cap", max)
-			}
-			if _, err := tmp.Write(buf[:n]); err != nil {
-				tmp.Close()
-				return err
-			}
-			h.Write(buf[:n])
-			if progress != nil {
-				progress(done, total)
-			}
+	p := &partial{f: tmp, h: sha256.New(), total: -1, max: max, prog: progress}
+	if u.Scheme == "file" {
+		err = p.copyFile(u.Path)
+	} else {
+		err = c.fetchHTTP(ctx, source, p)
+	}
+	if err != nil {
+		tmp.Close()
+		var pe *permanentError
+		if errors.As(err, &pe) {
+			return pe.err
 		}
-		if errors.Is(rerr, io.EOF) {
-			break
-		}
-		if rerr != nil {
-			tmp.Close()
-			return fmt.Errorf("imagecache: download interrupted: %w", rerr)
-		}
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
@@ -157,13 +186,143 @@ func (c *Cache) download(ctx context.Context, source, digest, dst string, progre
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != digest {
+	// The digest covers every byte of the file, however many requests delivered them.
+	if got := hex.EncodeToString(p.h.Sum(nil)); got != digest {
 		return fmt.Errorf("%w: catalog says %s, downloaded %s", ErrDigestMismatch, digest, got)
 	}
 	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), dst)
+}
+
+func (p *partial) copyFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("imagecache: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil {
+		p.total = fi.Size()
+	}
+	if p.total > p.max {
+		return fmt.Errorf("imagecache: image is %d bytes, over the %d byte cap", p.total, p.max)
+	}
+	return p.copyFrom(f)
+}
+
+// fetchHTTP downloads into p, retrying a dropped connection or a server error with
+// exponential backoff (jittered) and resuming where the file ends with a Range request. A
+// server that ignores the range sends the whole image, which starts the file over.
+func (c *Cache) fetchHTTP(ctx context.Context, source string, p *partial) error {
+	hc := c.Client
+	if hc == nil {
+		hc = &http.Client{Timeout: 6 * time.Hour}
+	}
+	attempts := c.Attempts
+	if attempts <= 0 {
+		attempts = DefaultAttempts
+	}
+	wait := c.Backoff
+	if wait <= 0 {
+		wait = DefaultBackoff
+	}
+	for attempt := 1; ; attempt++ {
+		err := p.fetchOnce(ctx, hc, source)
+		if err == nil {
+			return nil
+		}
+		var pe *permanentError
+		if errors.As(err, &pe) || ctx.Err() != nil {
+			return err
+		}
+		if attempt >= attempts {
+			return fmt.Errorf("imagecache: download %s failed %d times, giving up: %w", source, attempts, err)
+		}
+		d := wait/2 + rand.N(wait/2+1) // jitter in [wait/2, wait]
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, maxBackoff)
+	}
+}
+
+func (p *partial) fetchOnce(ctx context.Context, hc *http.Client, source string) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", source, nil)
+	if err != nil {
+		return permanent(err)
+	}
+	if p.done > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", p.done))
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("imagecache: download: %w", err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if p.done > 0 {
+			if err := p.reset(); err != nil {
+				return permanent(err)
+			}
+		}
+		p.total = resp.ContentLength
+	case resp.StatusCode == http.StatusPartialContent && p.done > 0:
+		start, total, ok := contentRange(resp.Header.Get("Content-Range"))
+		if !ok || start != p.done {
+			// Not the bytes asked for: start over rather than splice the wrong ones in.
+			if err := p.reset(); err != nil {
+				return permanent(err)
+			}
+			return fmt.Errorf("imagecache: server resumed at %q, not byte %d", resp.Header.Get("Content-Range"), p.done)
+		}
+		p.total = total
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		if err := p.reset(); err != nil {
+			return permanent(err)
+		}
+		return fmt.Errorf("imagecache: download %s: %s (starting over)", source, resp.Status)
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
+		return fmt.Errorf("imagecache: download %s: %s", source, resp.Status)
+	default:
+		return permanent(fmt.Errorf("imagecache: download %s: %s", source, resp.Status))
+	}
+	if p.total > p.max {
+		return permanent(fmt.Errorf("imagecache: image is %d bytes, over the %d byte cap", p.total, p.max))
+	}
+	return p.copyFrom(resp.Body)
+}
+
+// contentRange parses "bytes START-END/TOTAL" (TOTAL may be "*": -1).
+func contentRange(v string) (start, total int64, ok bool) {
+	rest, found := strings.CutPrefix(v, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, tot, found := strings.Cut(rest, "/")
+	if !found {
+		return 0, 0, false
+	}
+	s, _, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || start < 0 {
+		return 0, 0, false
+	}
+	total = -1
+	if tot != "*" {
+		if total, err = strconv.ParseInt(tot, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return start, total, true
 }
 
 func fileDigest(p string) (string, error) {

@@ -2,7 +2,8 @@
 // touches a slot's devices it takes a lease file per slot under
 // /var/lib/gpuaas/node-scheduler/leases/{slot_id}.json (0600) naming the allocation, task,
 // slot ids, device identities and expiry. Two tasks can never hold the same slot or device;
-// expired leases are reclaimed. The leases are not the durable record (the controller's
+// expired leases are reclaimed. hostd renews the leases of live slices (Renew) well before
+// they expire, so a slice keeps its leases for as long as it lives. The leases are not the durable record (the controller's
 // claims are); they keep concurrent tasks on one host apart.
 package leases
 
@@ -108,10 +109,6 @@ func (d *Dir) Acquire(r Request) ([]Lease, error) {
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return nil, err
 	}
-	ttl := d.TTL
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
 	// Devices leased by other allocations (any slot file may name them).
 	entries, err := os.ReadDir(d.Path)
 	if err != nil {
@@ -154,20 +151,70 @@ func (d *Dir) Acquire(r Request) ([]Lease, error) {
 	var out []Lease
 	for _, s := range slots {
 		l := Lease{SlotID: s, AllocationID: r.AllocationID, TaskID: r.TaskID, SlotIDs: slots, Devices: r.Slots[s],
-			AcquiredAt: now, ExpiresAt: now.Add(ttl)}
-		b, _ := json.MarshalIndent(l, "", "  ")
-		tmp := d.path(s) + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			d.release(out)
-			return nil, err
-		}
-		if err := os.Rename(tmp, d.path(s)); err != nil {
+			AcquiredAt: now, ExpiresAt: now.Add(d.ttl())}
+		if err := d.write(l); err != nil {
 			d.release(out)
 			return nil, err
 		}
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+func (d *Dir) ttl() time.Duration {
+	if d.TTL > 0 {
+		return d.TTL
+	}
+	return DefaultTTL
+}
+
+// write stores a lease file atomically (0600).
+func (d *Dir) write(l Lease) error {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := d.path(l.SlotID) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, d.path(l.SlotID))
+}
+
+// Renew extends every live lease of the allocation to a full TTL from now and returns how
+// many it extended. A lease that has already expired is not revived: another task may have
+// taken the slot since.
+func (d *Dir) Renew(allocationID string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	entries, err := os.ReadDir(d.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	until := d.now().UTC().Add(d.ttl())
+	for _, e := range entries {
+		name := e.Name()
+		if filepath.Ext(name) != ".json" {
+			continue
+		}
+		l, err := d.read(name[:len(name)-5])
+		if err != nil {
+			return n, err
+		}
+		if l == nil || l.AllocationID != allocationID || !until.After(l.ExpiresAt) {
+			continue
+		}
+		l.ExpiresAt = until
+		if err := d.write(*l); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 func (d *Dir) release(ls []Lease) {

@@ -82,6 +82,7 @@ type Host struct {
 	cfg  HostConfig
 	mu   sync.Mutex
 	turl string
+	busy map[string]int // allocation id -> provisions and releases running here
 }
 
 // SetTelemetryURL records where guests reach the telemetry endpoint (known once it listens).
@@ -128,7 +129,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Host{cfg: cfg, turl: cfg.TelemetryURL}, nil
+	return &Host{cfg: cfg, turl: cfg.TelemetryURL, busy: map[string]int{}}, nil
 }
 
 // Name is "lab" or "libvirt".
@@ -177,6 +178,7 @@ const labSkip = "lab host: no PCI passthrough"
 // behind; a retried task finds its own leases and a running domain and carries on.
 func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) (task.ProvisionOutput, error) {
 	out := task.ProvisionOutput{Runtime: h.Name(), VMName: VMName(p.AllocationID)}
+	defer h.working(p.AllocationID)()
 	if err := validatePlan(p.Bundles); err != nil {
 		return out, planInvalid("%v", err)
 	}
@@ -298,11 +300,17 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			return ssh.FingerprintSHA256(signer.PublicKey()), nil
 		}},
 		{"guest_telemetry_register", func() (string, error) {
+			// A token issued by an earlier attempt may already be in a running guest's seed:
+			// it is reused, and only a token this attempt issued is revoked if it fails.
+			had := h.cfg.Telemetry.Has(p.AllocationID)
 			var err error
 			if token, err = h.cfg.Telemetry.Register(p.AllocationID); err != nil {
 				return "", err
 			}
-			cleanup = append(cleanup, func() { h.cfg.Telemetry.Unregister(p.AllocationID) })
+			if had {
+				return "per-allocation token kept (issued by an earlier attempt)", nil
+			}
+			cleanup = append(cleanup, func() { _ = h.cfg.Telemetry.Unregister(p.AllocationID) })
 			return "per-allocation token issued", nil
 		}},
 		{"cloud_init_seed_files", func() (string, error) {
@@ -840,6 +848,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (task.ReleaseOutput, error) {
 	name := VMName(p.AllocationID)
 	out := task.ReleaseOutput{Runtime: h.Name(), VMName: name, Wiped: map[string]task.WipeProof{}, SlotCount: len(p.Bundles)}
+	defer h.working(p.AllocationID)()
 	if len(p.Bundles) == 0 {
 		return out, errors.New("release plan has no bundles")
 	}
@@ -980,8 +989,9 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 					slots = append(slots, b.SlotID)
 				}
 			}
-			h.cfg.Telemetry.Unregister(p.AllocationID)
+			terr := h.cfg.Telemetry.Unregister(p.AllocationID)
 			n, err := h.cfg.Leases.Release(p.AllocationID, slots)
+			err = errors.Join(err, terr)
 			out.LeasesReleased = n
 			if len(slots) < len(p.Bundles) {
 				return fmt.Sprintf("%d released; slots with unverified disks keep their lease", n), err

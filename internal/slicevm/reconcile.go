@@ -20,8 +20,8 @@ type Reconciler interface {
 
 // Reconcile checks, per expected slot: the domain exists and runs (for active allocations),
 // the slot's lease is held by its allocation, the boot MAC's DHCP reservation exists, the
-// disk is a block device and not mounted, and (production) the GPU and VF sit on vfio-pci. It
-// also lists gpuaas-* domains, leases and reservations that no live allocation accounts for.
+// disk is a block device and not mounted, and (production) the GPU and VF sit on vfio-pci;
+// each slot also carries when its guest last reported telemetry. It also lists gpuaas-* domains, leases and reservations that no live allocation accounts for.
 // It only reads: repairing is the controller's decision.
 func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.ReconcileReport, error) {
 	rep := task.ReconcileReport{Runtime: h.Name(), Slots: []task.SlotDrift{}, OrphanDomains: []string{}, OrphanLeases: []string{},
@@ -59,9 +59,13 @@ func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.Reconcile
 		if st == "" {
 			st = hypervisor.NotFound
 		}
+		var heard *time.Time
+		if r, ok := h.cfg.Telemetry.Latest(a.AllocationID); ok {
+			heard = &r.ReceivedAt
+		}
 		for i, b := range a.Bundles {
 			liveSlots[b.SlotID] = true
-			sd := task.SlotDrift{SlotID: b.SlotID, SlotIndex: b.SlotIndex, AllocationID: a.AllocationID, DomainState: string(st)}
+			sd := task.SlotDrift{SlotID: b.SlotID, SlotIndex: b.SlotIndex, AllocationID: a.AllocationID, DomainState: string(st), GuestTelemetryAt: heard}
 			if a.Status == "active" && st != hypervisor.Running {
 				sd.Drift = append(sd.Drift, "domain "+name+" is "+string(st)+", the allocation is active")
 			}

@@ -86,6 +86,7 @@ const (
 	RefuseUnknownType  = "unknown_type"
 	RefuseBadPayload   = "bad_payload"
 	RefuseReplay       = "replay"
+	RefuseReplayWindow = "replay_window"
 	RefuseMalformed    = "malformed"
 )
 
@@ -101,9 +102,10 @@ func refuse(reason, format string, args ...any) error {
 	return &RefusedError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// ReplayGuard remembers completed task ids.
+// ReplayGuard remembers completed task ids. Completed may fail with
+// ErrOutsideReplayWindow for a task expiring within what the guard no longer remembers.
 type ReplayGuard interface {
-	Completed(taskID string) (bool, error)
+	Completed(taskID string, notAfter time.Time) (bool, error)
 }
 
 // Verifier checks envelopes on the host.
@@ -161,7 +163,10 @@ func (v *Verifier) Verify(e *Envelope) (any, error) {
 		}
 	}
 	if v.Replay != nil {
-		done, err := v.Replay.Completed(e.TaskID)
+		done, err := v.Replay.Completed(e.TaskID, e.NotAfter)
+		if errors.Is(err, ErrOutsideReplayWindow) {
+			return nil, refuse(RefuseReplayWindow, "task %s: %v", e.TaskID, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("replay check: %w", err)
 		}

@@ -266,10 +266,11 @@ func checkSkew(t *testing.T, which string, d, skew time.Duration, err error, rea
 func TestPropertyReplayAcrossRestart(t *testing.T) {
 	r := propertyRand(t)
 	dir := filepath.Join(t.TempDir(), "completed")
-	rs, err := NewDiskReplayStore(dir)
+	rs, err := NewDiskReplayStore(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs.Now = func() time.Time { return time.Time{} } // before every envelope: nothing is pruned here
 	type seen struct {
 		p    propEnv
 		done bool
@@ -289,7 +290,7 @@ func TestPropertyReplayAcrossRestart(t *testing.T) {
 		}
 		done := r.Intn(2) == 0
 		if done {
-			if err := rs.MarkCompleted(p.env.TaskID); err != nil {
+			if err := rs.MarkCompleted(p.env.TaskID, p.env.NotAfter); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := v.Verify(p.env); reasonOf(err) != RefuseReplay {
@@ -298,7 +299,7 @@ func TestPropertyReplayAcrossRestart(t *testing.T) {
 		}
 		all = append(all, seen{p, done})
 	}
-	restarted, err := NewDiskReplayStore(dir)
+	restarted, err := NewDiskReplayStore(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

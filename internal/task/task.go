@@ -152,6 +152,9 @@ type SlotDrift struct {
 	AllocationID string   `json:"allocation_id"`
 	DomainState  string   `json:"domain_state"` // running | shutoff | not_found | ...
 	Drift        []string `json:"drift,omitempty"`
+	// GuestTelemetryAt is when the slice's guest last reported telemetry to this hostd
+	// (absent: not since hostd started). Informational: a tenant may stop the helper.
+	GuestTelemetryAt *time.Time `json:"guest_telemetry_at,omitempty"`
 }
 
 // PrereqCheck is the payload of host.prereq_check.

@@ -123,28 +123,29 @@ func TestVerifyRefusals(t *testing.T) {
 func TestReplayRefusedAcrossRestart(t *testing.T) {
 	pub, priv := keys(t)
 	dir := filepath.Join(t.TempDir(), "completed")
-	rs, err := NewDiskReplayStore(dir)
+	rs, err := NewDiskReplayStore(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs.Now = func() time.Time { return t0 }
 	e, _ := New(priv, "task-9", "node-1", TypeReconcile, Reconcile{Allocations: []ReconcileAllocation{{AllocationID: "a1", Status: "active"}}}, t0, time.Hour, 1)
 	v := &Verifier{Key: pub, NodeID: "node-1", Now: func() time.Time { return t0 }, Replay: rs}
 	if _, err := v.Verify(e); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.MarkCompleted("task-9"); err != nil {
+	if err := rs.MarkCompleted("task-9", e.NotAfter); err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := os.Stat(filepath.Join(dir, "task-9"))
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("marker mode %v", fi.Mode().Perm())
 	}
-	rs2, _ := NewDiskReplayStore(dir) // a restarted hostd
+	rs2, _ := NewDiskReplayStore(dir, 0) // a restarted hostd
 	v.Replay = rs2
 	if got := reason(t, func() error { _, err := v.Verify(e); return err }()); got != RefuseReplay {
 		t.Fatalf("reason = %s", got)
 	}
-	if err := rs.MarkCompleted("../etc/passwd"); err == nil {
+	if err := rs.MarkCompleted("../etc/passwd", e.NotAfter); err == nil {
 		t.Fatal("unsafe task id accepted as a file name")
 	}
 }

@@ -3,6 +3,8 @@ package telemetry
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -59,5 +61,63 @@ func TestPerAllocationTokens(t *testing.T) {
 	}
 	if _, ok := r.Latest("a1"); ok {
 		t.Fatal("reports kept after unregister")
+	}
+}
+
+// Tokens are kept in the state directory (file 0600, directory 0700): a registry opened
+// again (a restarted hostd) accepts the token a running guest carries and hands the same
+// one to a retried provision; a revoked token stays revoked; a tokens file others may read
+// is refused.
+func TestTokensSurviveRestartPrivately(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "telemetry")
+	r, err := OpenRegistry(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := r.Register("a1")
+	gone, _ := r.Register("a2")
+	if err := r.Unregister("a2"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, TokensFile): 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Fatalf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		}
+	}
+
+	restarted, err := OpenRegistry(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(restarted.Handler())
+	defer srv.Close()
+	if code := post(t, srv.URL, tok, `{"gpu_util": 5}`); code != 204 {
+		t.Fatalf("the guest's token after a restart: %d", code)
+	}
+	if again, _ := restarted.Register("a1"); again != tok {
+		t.Fatal("a retried provision after a restart got a new token; the running guest has the old one")
+	}
+	if code := post(t, srv.URL, gone, `{}`); code != 401 {
+		t.Fatalf("a revoked token came back after a restart: %d", code)
+	}
+
+	if err := os.Chmod(filepath.Join(dir, TokensFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenRegistry(dir); err == nil || !strings.Contains(err.Error(), "0600") {
+		t.Fatalf("world-readable tokens file: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, TokensFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, TokensFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenRegistry(dir); err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("corrupt tokens file: %v", err)
 	}
 }
