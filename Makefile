@@ -56,6 +56,8 @@ test: deps
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/internal/(alloc|api|store|sched|pgserver|dispatch|agent|soak)(/|$$)')
 	SOAK_REPORT=$(CURDIR)/bin/soak $(GO) test $(TEST_FLAGS) -v ./internal/soak
 	@if [ -n "$(TEST_FUZZTIME)" ]; then $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME); fi
+	@# Restarts libvirtd under running VMs: alone, after every other test.
+	$(MAKE) --no-print-directory lab-libvirtd
 
 # fuzz runs every fuzz target for FUZZTIME (go test -fuzz takes one target per run); a
 # failing input lands in the package's testdata/fuzz/FuzzXxx/: fix the bug, keep the input.
@@ -95,7 +97,7 @@ lab-faults: deps
 
 # lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
 # VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:
-# a restart would break any other lab test's virsh call in flight (CI runs it after make test).
+# a restart would break any other lab test's virsh call in flight (make test runs it last).
 lab-libvirtd: deps
 	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -v -run 'TestCallsSurviveALibvirtdRestart$$' ./internal/hypervisor
 	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -timeout 20m -v -run 'TestScripts/lab_vm_libvirtd_restart$$' ./internal/e2e
