@@ -12,7 +12,7 @@ import (
 // printList writes v (one allocation or a List) as JSON/YAML, or the allocations as a table.
 func printList(w io.Writer, o output.Format, v any, allocs []apiv1.Allocation) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("ID", "STATUS", "SKU", "GPUS", "NODE", "SLOTS", "REGION", "CREATED")
+		t.Header("allocations", len(allocs), "ID", "STATUS", "SKU", "GPUS", "NODE", "SLOTS", "REGION", "CREATED")
 		for _, a := range allocs {
 			t.Row(a.ID, a.Status, a.SKU, a.GPUs, output.Dash(a.Node), output.Ints(slotIndexes(a)), output.Dash(a.Region), output.Time(a.CreatedAt))
 		}

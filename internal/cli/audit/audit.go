@@ -49,7 +49,7 @@ func newCmd(f *cmdutil.Factory, runF func(*Options) error, use, short string) *c
 				return err
 			}
 			return output.Print(opts.IO.Out, opts.Output, output.List(items), func(t *output.TableWriter) {
-				t.Row("AT", "ACTOR", "ROLE", "ACTION", "TARGET", "TENANT")
+				t.Header("audit entries", len(items), "AT", "ACTOR", "ROLE", "ACTION", "TARGET", "TENANT")
 				for _, e := range items {
 					t.Row(output.Time(e.At), e.Actor, e.ActorRole, e.Action, e.TargetKind+"/"+e.TargetID, output.Dash(e.TenantID))
 				}

@@ -49,7 +49,7 @@ at once right now. Raw free slots are not additive with whole free baremetal nod
 				return err
 			}
 			return output.Print(opts.IO.Out, opts.Output, output.List(caps), func(t *output.TableWriter) {
-				t.Row("SKU", "REGION", "SHAPE", "RAW FREE SLOTS", "BLOCKED BY POLICY", "FREE NODES", "LAUNCHABLE (GPUS:COUNT)")
+				t.Header("capacity entries", len(caps), "SKU", "REGION", "SHAPE", "RAW FREE SLOTS", "BLOCKED BY POLICY", "FREE NODES", "LAUNCHABLE (GPUS:COUNT)")
 				for _, cp := range caps {
 					t.Row(cp.SKU, cp.Region, cp.CapacityShape, cp.RawFreeSlots, cp.BlockedByPolicy, cp.FreeNodes, launchable(cp.Launchable))
 				}

@@ -29,7 +29,7 @@ func NewCmdImages(f *cmdutil.Factory) *cobra.Command {
 
 func printImages(w io.Writer, o output.Format, v any, imgs []apiv1.OSImage) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("SLUG", "VERSION", "TARGET", "FORMAT", "ACTIVE", "DEFAULT", "DIGEST", "ID")
+		t.Header("images", len(imgs), "SLUG", "VERSION", "TARGET", "FORMAT", "ACTIVE", "DEFAULT", "DIGEST", "ID")
 		for _, im := range imgs {
 			d := im.DigestSHA256
 			if len(d) > 16 {

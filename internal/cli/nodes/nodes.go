@@ -32,7 +32,7 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 // printList writes v as JSON/YAML, or the nodes as a table.
 func printList(w io.Writer, o output.Format, v any, nodes []apiv1.Node) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("NAME", "REGION", "STATUS", "MODE", "SLOTS", "AVAILABLE", "CLAIMS", "SKU", "SLICE SKU", "SIMULATED")
+		t.Header("nodes", len(nodes), "NAME", "REGION", "STATUS", "MODE", "SLOTS", "AVAILABLE", "CLAIMS", "SKU", "SLICE SKU", "SIMULATED")
 		for _, n := range nodes {
 			s := n.SlotSummary
 			t.Row(n.Name, n.Region, n.Status, n.Mode, s.Total, s.ByStatus["available"],

@@ -80,7 +80,7 @@ func Print(w io.Writer, format Format, v any, table func(t *TableWriter)) error 
 		}
 		return enc.Close()
 	default:
-		t := &TableWriter{out: w, tw: newTabwriter(w), styled: Styled(w)}
+		t := &TableWriter{out: w, tw: newTabwriter(w), styled: Styled(w), tty: terminal(w)}
 		table(t)
 		return t.Flush()
 	}
@@ -101,7 +101,18 @@ type TableWriter struct {
 	out    io.Writer
 	tw     *tabwriter.Writer
 	styled bool
+	tty    bool // a terminal: empty lists are said in words
 	blocks [][][]string
+}
+
+// Header writes a list's header row, or, for an empty list on a terminal, "No NOUN found."
+// instead (piped output keeps the bare header, which scripts may expect).
+func (t *TableWriter) Header(noun string, n int, cols ...any) {
+	if n == 0 && t.tty {
+		fmt.Fprintf(t.out, "No %s found.\n", noun)
+		return
+	}
+	t.Row(cols...)
 }
 
 func newTabwriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }

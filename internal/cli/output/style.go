@@ -9,6 +9,12 @@ import (
 	"github.com/mattn/go-isatty"
 )
 
+// terminal reports whether w is a terminal.
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
 // Styled reports whether w gets colour: a terminal, NO_COLOR unset (https://no-color.org)
 // and TERM not "dumb". Pipes, files and tests get plain, stable text.
 func Styled(w io.Writer) bool {

@@ -19,7 +19,7 @@ func NewCmdSKUs(f *cmdutil.Factory) *cobra.Command {
 }
 
 func printSKUs(t *output.TableWriter, skus []apiv1.SKU) {
-	t.Row("SKU", "SHAPE", "MODEL", "FABRIC", "GPU COUNTS", "PRICE/GPU-HOUR", "ACTIVE")
+	t.Header("SKUs", len(skus), "SKU", "SHAPE", "MODEL", "FABRIC", "GPU COUNTS", "PRICE/GPU-HOUR", "ACTIVE")
 	for _, s := range skus {
 		t.Row(s.SKU, s.CapacityShape, output.Dash(s.AcceleratorModel), output.Dash(s.NetworkFabric),
 			output.Ints(s.AllowedGPUCounts), output.Money(s.GPUHourlyPriceMinor, s.Currency), s.Active)

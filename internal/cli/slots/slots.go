@@ -32,7 +32,7 @@ func NewCmdSlots(f *cmdutil.Factory) *cobra.Command {
 
 func printSlots(w io.Writer, o output.Format, v any, slots []apiv1.Slot) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("INDEX", "STATUS", "NUMA", "HOST CPUS", "VCPUS", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
+		t.Header("slots", len(slots), "INDEX", "STATUS", "NUMA", "HOST CPUS", "VCPUS", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
 		for _, s := range slots {
 			var md map[string]any
 			_ = json.Unmarshal(s.CapacityMetadata, &md)

@@ -66,7 +66,7 @@ func newCmdSessionsList(f *cmdutil.Factory) *cobra.Command {
 				return err
 			}
 			return output.Print(f.IO.Out, format, output.List(items), func(t *output.TableWriter) {
-				t.Row("ID", "ALLOCATION", "ACTOR", "MODE", "STATUS", "STARTED", "SECONDS", "IN", "OUT", "EXIT", "ENDED BECAUSE")
+				t.Header("sessions", len(items), "ID", "ALLOCATION", "ACTOR", "MODE", "STATUS", "STARTED", "SECONDS", "IN", "OUT", "EXIT", "ENDED BECAUSE")
 				for _, s := range items {
 					secs, exit := "-", "-"
 					if s.StartedAt != nil && s.EndedAt != nil {

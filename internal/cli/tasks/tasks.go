@@ -55,7 +55,7 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 				return err
 			}
 			return output.Print(opts.IO.Out, opts.Output, output.List(items), func(t *output.TableWriter) {
-				t.Row("ID", "TYPE", "STATUS", "ATTEMPT", "PHASES", "TOTAL", "ALLOCATION", "CREATED")
+				t.Header("tasks", len(items), "ID", "TYPE", "STATUS", "ATTEMPT", "PHASES", "TOTAL", "ALLOCATION", "CREATED")
 				for _, tk := range items {
 					t.Row(tk.ID, tk.Type, tk.Status, tk.Attempt, len(tk.Phases), total(tk.Phases), output.Dash(tk.AllocationID), output.Time(tk.CreatedAt))
 				}

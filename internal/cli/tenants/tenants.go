@@ -20,7 +20,7 @@ func NewCmdTenants(f *cmdutil.Factory) *cobra.Command {
 
 func printTenants(w io.Writer, o output.Format, v any, ts []apiv1.Tenant) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Row("ID", "NAME", "CREATED")
+		t.Header("tenants", len(ts), "ID", "NAME", "CREATED")
 		for _, tn := range ts {
 			t.Row(tn.ID, tn.Name, output.Time(tn.CreatedAt))
 		}

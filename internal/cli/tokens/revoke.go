@@ -48,7 +48,7 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 
 func printTokens(opts *ListOptions, v any, toks []apiv1.Token) error {
 	return output.Print(opts.IO.Out, opts.Output, v, func(t *output.TableWriter) {
-		t.Row("ID", "NAME", "ROLE", "TENANT", "CREATED", "LAST USED", "EXPIRES", "REVOKED")
+		t.Header("tokens", len(toks), "ID", "NAME", "ROLE", "TENANT", "CREATED", "LAST USED", "EXPIRES", "REVOKED")
 		for _, k := range toks {
 			t.Row(k.ID, k.Name, k.Role, output.Dash(k.TenantID), output.TimePtr(k.CreatedAt), output.TimePtr(k.LastUsedAt),
 				output.TimePtr(k.ExpiresAt), output.TimePtr(k.RevokedAt))
