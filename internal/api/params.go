@@ -1,11 +1,15 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
 // checkRequestText refuses a request whose path or query is not valid UTF-8 or holds control
@@ -30,6 +34,36 @@ func checkRequestText(r *http.Request) error {
 
 func plainText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}
+
+// queryParams are the query parameters each route reads (by "METHOD /pattern"); any other is
+// refused, so a misspelt filter (?target=x for ?target_id=x) is an error rather than a
+// silently unfiltered answer. A route not listed takes none.
+var queryParams = map[string][]string{
+	"GET /api/v1/capacity":                {"sku", "region"},
+	"GET /api/v1/allocations":             {"status"},
+	"GET /api/v1/admin/os-images":         {"target", "active", "family", "accelerator_vendor", "network_fabric"},
+	"DELETE /api/v1/admin/os-images/{id}": {"hard"},
+	"GET /api/v1/admin/audit":             {"limit", "action", "target_id"},
+	"GET /api/v1/tasks":                   {"node", "allocation"},
+	"GET /api/v1/agent/tasks":             {"wait", "max"},
+	"GET /api/v1/sessions":                {"allocation"},
+}
+
+// checkQueryNames refuses a query parameter the route does not read, naming the ones it does.
+func checkQueryNames(r *http.Request, route string) error {
+	known := queryParams[route]
+	for k := range r.URL.Query() {
+		if slices.Contains(known, k) {
+			continue
+		}
+		if len(known) == 0 {
+			return apiErr(apiv1.CodeInvalidRequest, fmt.Sprintf("unknown query parameter %q: this endpoint takes none", k), map[string]any{"parameter": k})
+		}
+		return apiErr(apiv1.CodeInvalidRequest, fmt.Sprintf("unknown query parameter %q: this endpoint takes %s", k, strings.Join(known, ", ")),
+			map[string]any{"parameter": k, "known": known})
+	}
+	return nil
 }
 
 // queryInt reads an optional integer query parameter within [min, max].

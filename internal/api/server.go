@@ -178,6 +178,9 @@ func (s *Server) wrap(route string, need role, h handlerFunc) http.Handler {
 		if err == nil {
 			err = checkRequestText(r)
 		}
+		if err == nil && route != "notfound" {
+			err = checkQueryNames(r, route)
+		}
 		if err == nil {
 			err = h(rec, r, p)
 		}
