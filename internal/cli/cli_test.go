@@ -131,14 +131,14 @@ Created:       2026-03-01 10:00:00Z
 Active since:  2026-03-01 10:02:30Z
 Released:      -
 
-Task 9f8e7d6c (slice.vm_provision, attempt 1): succeeded
+Task 7d6ctask (slice.vm_provision, attempt 1): succeeded
   lease_acquire  ok  120ms  -
   readiness      ok  2.88s  -
   total              3s
 
 CLAIM     KIND  STATUS  SLOT  NUMA  GPU PCI       NVME                    FABRIC VF     MAC                IP
-c1a1m000  slot  active  0     0     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1c:00.2  52:54:00:00:00:01  10.0.0.11
-c1a1m111  slot  active  1     0     0000:2b:00.0  /dev/disk/by-id/nvme-b  -             -                  -
+m000aaaa  slot  active  0     0     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1c:00.2  52:54:00:00:00:01  10.0.0.11
+m111bbbb  slot  active  1     0     0000:2b:00.0  /dev/disk/by-id/nvme-b  -             -                  -
 `
 	if r.Out != want {
 		t.Fatalf("show:\n%s\nwant:\n%s", r.Out, want)

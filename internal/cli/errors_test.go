@@ -28,7 +28,7 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 		"POST /api/v1/admin/tokens":           apiErr(400, apiv1.CodeInvalidRequest, "ttl must be a positive Go duration", nil),
 		"GET /api/v1/skus":                    apiErr(503, apiv1.CodeUnavailable, "database unavailable", nil),
 		"GET /api/v1/capacity":                apiErr(500, apiv1.CodeInternal, "internal error", nil),
-		"POST /api/v1/allocations/a1/release": apiErr(409, apiv1.CodeIdempotencyReused, "key reused", nil),
+		"POST /api/v1/allocations/01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f51/release": apiErr(409, apiv1.CodeIdempotencyReused, "key reused", nil),
 		"GET /api/v1/admin/os-images": func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(502)
 			_, _ = io.WriteString(w, "<html>proxy</html>")
@@ -36,7 +36,7 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 		"POST /api/v1/admin/nodes/n1/undrain":  apiErr(404, apiv1.CodeNotFound, "node n1 not found", nil),
 		"PUT /api/v1/admin/nodes/n1/slots":     apiErr(413, apiv1.CodeTooLarge, "body too large", nil),
 		"GET /api/v1/admin/nodes/ghost/slots":  apiErr(404, apiv1.CodeNotFound, "node ghost not found", nil),
-		"GET /api/v1/allocations/not-a-thing1": apiErr(404, apiv1.CodeNotFound, "allocation not found", nil),
+		"GET /api/v1/allocations/01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f52": apiErr(404, apiv1.CodeNotFound, "allocation not found", nil),
 	})
 	env := fa.env(t)
 	slotMap := filepath.Join(t.TempDir(), "m.yaml")
@@ -52,7 +52,7 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 		{[]string{"nodes", "list"}, cmdutil.ExitAuth, []string{"admin role required", "hint: this needs an admin token"}},
 		{[]string{"whoami"}, cmdutil.ExitAuth, []string{"invalid or expired token", "hint: check --token", "came from GPUAAS_TOKEN"}},
 		{[]string{"tenants", "create", "acme"}, cmdutil.ExitConflict, []string{"tenant acme exists (conflict)"}},
-		{[]string{"alloc", "release", "a1", "--yes"}, cmdutil.ExitConflict, []string{"idempotency_key_reused", "use a new key"}},
+		{[]string{"alloc", "release", "01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f51", "--yes"}, cmdutil.ExitConflict, []string{"idempotency_key_reused", "use a new key"}},
 		{[]string{"tokens", "create", "--name", "x", "--role", "admin"}, cmdutil.ExitUsage, []string{"invalid_request"}},
 		{[]string{"skus", "list"}, cmdutil.ExitUnavailable, []string{"database unavailable", "retry"}},
 		{[]string{"capacity"}, cmdutil.ExitError, []string{"internal error"}},
@@ -60,7 +60,7 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 		{[]string{"nodes", "undrain", "n1"}, cmdutil.ExitNotFound, []string{"node n1 not found"}},
 		{[]string{"slots", "list", "ghost"}, cmdutil.ExitNotFound, []string{"node ghost not found"}},
 		{[]string{"slots", "apply", "n1", "-f", slotMap}, cmdutil.ExitUsage, []string{"payload_too_large"}},
-		{[]string{"alloc", "show", "not-a-thing1"}, cmdutil.ExitNotFound, []string{"allocation not found"}},
+		{[]string{"alloc", "show", "01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f52"}, cmdutil.ExitNotFound, []string{"allocation not found"}},
 	}
 	for _, c := range cases {
 		r := run(t, env, c.args...)

@@ -120,8 +120,8 @@ func TestTasksLogsFollow(t *testing.T) {
 	}
 	var gets atomic.Int32
 	fa := newFakeAPI(t, map[string]http.HandlerFunc{
-		"GET /api/v1/tasks/task-1": func(w http.ResponseWriter, r *http.Request) {
-			tk := apiv1.Task{ID: "task-1", Type: "slice.vm_provision", Status: "leased", Phases: ph}
+		"GET /api/v1/tasks/01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f50": func(w http.ResponseWriter, r *http.Request) {
+			tk := apiv1.Task{ID: "01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f50", Type: "slice.vm_provision", Status: "leased", Phases: ph}
 			if gets.Add(1) > 1 {
 				tk.Status = "succeeded"
 				tk.Phases = []apiv1.TaskPhase{ph[0], {Name: "image_stat_download", Status: "ok", StartedAt: t0, DurationMS: 2000, Detail: "downloaded"},
@@ -130,7 +130,7 @@ func TestTasksLogsFollow(t *testing.T) {
 			reply(200, tk)(w, r)
 		},
 	})
-	r := run(t, fa.env(t), "tasks", "logs", "task-1", "--follow")
+	r := run(t, fa.env(t), "tasks", "logs", "01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f50", "--follow")
 	if r.Code != 0 {
 		t.Fatalf("exit %d: %s", r.Code, r.ErrOut)
 	}

@@ -54,6 +54,9 @@ func releaseRun(ctx context.Context, opts *ReleaseOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.ID, err = cmdutil.AllocationID(ctx, c, opts.ID); err != nil {
+		return err
+	}
 	a, err := c.ReleaseAllocation(ctx, opts.ID)
 	if err != nil {
 		return err

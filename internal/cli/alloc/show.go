@@ -46,6 +46,9 @@ func showRun(ctx context.Context, opts *ShowOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.ID, err = cmdutil.AllocationID(ctx, c, opts.ID); err != nil {
+		return err
+	}
 	return opts.Watch.Render(ctx, opts.IO, func(w io.Writer) error {
 		a, err := c.GetAllocation(ctx, opts.ID)
 		if err != nil {

@@ -48,6 +48,9 @@ func NewCmdWait(f *cmdutil.Factory, runF func(*WaitOptions) error) *cobra.Comman
 			if err != nil {
 				return err
 			}
+			if opts.ID, err = cmdutil.AllocationID(cmd.Context(), c, opts.ID); err != nil {
+				return err
+			}
 			a, err := waitFor(cmd.Context(), opts.IO.ErrOut, c, &apiv1.Allocation{ID: opts.ID}, opts.For, opts.Timeout)
 			if err != nil {
 				return err

@@ -63,10 +63,13 @@ func TimePtr(t *time.Time) string {
 // Millis shows a duration given in milliseconds.
 func Millis(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
 
-// Short is the first 8 characters of an id, enough to tell rows apart.
+// Short is an id's last 8 hex digits: the random tail of a time-ordered (v7) id, so two rows
+// made in the same minute still differ (their first 8 characters, the time, do not).
+// Every command that takes an id accepts it (cmdutil.ResolveID).
 func Short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
+	hex := strings.ReplaceAll(id, "-", "")
+	if len(hex) > 8 {
+		return hex[len(hex)-8:]
 	}
 	return id
 }

@@ -96,7 +96,11 @@ func newCmdSessionsShow(f *cmdutil.Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := c.GetSession(cmd.Context(), args[0])
+			id, err := cmdutil.SessionID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			s, err := c.GetSession(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
@@ -157,8 +161,8 @@ func newCmdSessionsPlay(f *cmdutil.Factory) *cobra.Command {
 				if id == "" {
 					return fmt.Errorf("no recorded session (the controller records terminal mode with --terminal-record-dir)")
 				}
-			} else {
-				id = args[0]
+			} else if id, err = cmdutil.SessionID(cmd.Context(), c, args[0]); err != nil {
+				return err
 			}
 			cast, err := c.Recording(cmd.Context(), id)
 			if err != nil {

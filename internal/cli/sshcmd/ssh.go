@@ -119,6 +119,9 @@ func run(ctx context.Context, o *Options) error {
 		}
 		req.Cols, req.Rows = w, h
 	}
+	if o.Allocation, err = cmdutil.AllocationID(ctx, c, o.Allocation); err != nil {
+		return err
+	}
 	ticket, err := c.OpenTerminal(ctx, o.Allocation, req)
 	if err != nil {
 		return err

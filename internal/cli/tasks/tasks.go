@@ -93,6 +93,9 @@ func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Comman
 			if err != nil {
 				return err
 			}
+			if opts.ID, err = cmdutil.TaskID(cmd.Context(), c, opts.ID); err != nil {
+				return err
+			}
 			tk, err := c.GetTask(cmd.Context(), opts.ID)
 			if err != nil {
 				return err
@@ -229,12 +232,16 @@ func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			id, err := cmdutil.TaskID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			printed := 0
 			var tk *apiv1.Task
 			err = cmdutil.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
-				if tk, err = c.GetTask(ctx, args[0]); err != nil {
+				if tk, err = c.GetTask(ctx, id); err != nil {
 					return false, err
 				}
 				for ; printed < len(tk.Phases); printed++ {

@@ -88,6 +88,9 @@ latest when their 5-second cache entry expires.`,
 			if err != nil {
 				return err
 			}
+			if opts.ID, err = cmdutil.TokenID(cmd.Context(), c, opts.ID); err != nil {
+				return err
+			}
 			tok, err := c.RevokeToken(cmd.Context(), opts.ID)
 			if err != nil {
 				return err
