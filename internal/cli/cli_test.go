@@ -245,7 +245,7 @@ Hardware tags:     gpu-nvidia-h200
 Agent heartbeat:   2026-03-01 09:59:00Z
 Schedulable:       baremetal=no slice=yes
                    - baremetal: slice allocations are live
-Slice supported:   yes
+Slice profile:     complete
 Slots:             8 total
                    active: 2
                    available: 5

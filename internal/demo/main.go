@@ -280,36 +280,25 @@ func run() error {
 	tenantEnv := func() { d.env = append(d.env, "GPUAAS_TOKEN_FILE="+tenantTok) }
 	adminEnv := func() { d.env = append(d.env, "GPUAAS_TOKEN_FILE="+filepath.Join(state, "admin.token")) }
 	tenantEnv()
-	d.say("As the tenant: capacity, and a placement dry run for 4 GPUs")
+	// The lab host has two slots; the generated H200 host eight.
+	dryRun := "4"
+	if useLab {
+		dryRun = "2"
+	}
+	d.say("As the tenant: capacity, and a placement dry run for " + dryRun + " GPUs")
 	if _, err := d.ctl("capacity", "--sku", "h200-sxm-slice"); err != nil {
 		return err
 	}
-	if _, err := d.ctl("alloc", "explain", "--sku", "h200-sxm-slice", "--gpus", "4"); err != nil {
+	if _, err := d.ctl("alloc", "explain", "--sku", "h200-sxm-slice", "--gpus", dryRun); err != nil {
 		return err
 	}
 
-	d.say("Create a 2-GPU slice allocation")
-	out, err = d.ctl("alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--wait", "-o", "json")
+	d.say("Create a 2-GPU slice allocation: the host's phases stream as they complete; --jq .id prints just its id")
+	out, err = d.ctl("alloc", "create", "--sku", "h200-sxm-slice", "--gpus", "2", "--wait", "--jq", ".id")
 	if err != nil {
 		return err
 	}
-	var a apiv1.Allocation
-	if err := json.Unmarshal(out, &a); err != nil {
-		return fmt.Errorf("allocation json: %w", err)
-	}
-	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
-		return err
-	}
-	fmt.Println("(waiting for the host daemon to provision it through signed slice.vm_provision ...)")
-	if err := waitFor(120*time.Second, func() (bool, error) {
-		got, err := api.GetAllocation(context.Background(), a.ID)
-		if err == nil && got.Status == "failed" {
-			return false, fmt.Errorf("allocation failed: %s", got.FailureReason)
-		}
-		return err == nil && got.Status == "active", nil
-	}); err != nil {
-		return err
-	}
+	a := apiv1.Allocation{ID: strings.TrimSpace(string(out))}
 	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
 		return err
 	}
@@ -379,6 +368,19 @@ func run() error {
 	return nil
 }
 
+// shellJoin quotes args as a shell would need them, so an echoed command can be pasted.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,@%+") == "" {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
 func (d *demo) say(s string) {
 	d.step++
 	fmt.Printf("\n== %d. %s\n", d.step, s)
@@ -386,7 +388,7 @@ func (d *demo) say(s string) {
 
 // ctl runs gpuaasctl, echoing the command and its output.
 func (d *demo) ctl(args ...string) ([]byte, error) {
-	fmt.Printf("$ gpuaasctl %s\n", strings.Join(args, " "))
+	fmt.Printf("$ gpuaasctl %s\n", shellJoin(args))
 	cmd := exec.Command(filepath.Join(d.bin, "gpuaasctl"), args...)
 	cmd.Env = d.env
 	var stdout, stderr bytes.Buffer

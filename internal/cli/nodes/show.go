@@ -93,11 +93,17 @@ func printDetail(t *output.TableWriter, n *apiv1.Node) {
 	for _, r := range sc.Reasons {
 		t.Row("", "- "+r)
 	}
-	sup := "yes"
-	if !sc.SliceSupported {
-		sup = "no, missing: " + output.Dash(strings.Join(sc.SliceMissing, ", "))
+	// The MAAS profile contract (profile tag, verified firmware evidence, approved slots) is
+	// what a fleet rollout checks; placement needs only what Schedulable says, so a node can
+	// take slices with it incomplete: say so instead of a flat "no" beside "slice=yes".
+	sup := "complete"
+	switch {
+	case !sc.SliceSupported && sc.Slice:
+		sup = "incomplete (slices are placed without it), missing: " + output.Dash(strings.Join(sc.SliceMissing, ", "))
+	case !sc.SliceSupported:
+		sup = "incomplete, missing: " + output.Dash(strings.Join(sc.SliceMissing, ", "))
 	}
-	t.Row("Slice supported:", sup)
+	t.Row("Slice profile:", sup)
 
 	s := n.SlotSummary
 	t.Row("Slots:", fmt.Sprintf("%d total", s.Total))
