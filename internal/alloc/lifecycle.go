@@ -274,7 +274,7 @@ func (s *Service) MarkProvisioning(ctx context.Context, id string) error {
 // MarkProvisioningMany is MarkProvisioning for every allocation of a poll's batch in one
 // transaction (one commit, not one per task: under a burst of creates the commits of a
 // host's batch queued behind each other and delayed the first phase by hundreds of ms,
-// issue 9 item 5), in one round trip. It returns each allocation's status afterwards:
+// as make bench measured it), in one round trip. It returns each allocation's status afterwards:
 // "provisioning" (marked now, or already: a redelivery), "active", or the status that makes
 // its task undeliverable (released, failed, ...).
 func (s *Service) MarkProvisioningMany(ctx context.Context, ids []string) (map[string]string, error) {

@@ -61,7 +61,7 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Pri
 	}
 	// Released at once: the allocation never reached its host, so it was never active and no
 	// terminal session can exist for it (they open only while active): nothing to end here or
-	// on another replica, and no NOTIFY round trip on the request path (issue 9).
+	// on another replica, and no NOTIFY round trip on the request path.
 	if out.Status != "released" {
 		s.endSessions(r.Context(), "release", out.ID, "")
 		s.kick() // the host tears down and wipes

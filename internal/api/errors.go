@@ -106,8 +106,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 
 // writeJSON answers with v as compact JSON (clients format it for people: gpuaasctl
 // indents its -o json output) in one write with its length declared, so the whole answer
-// goes out in the fewest frames (issue 9: indenting and a chunked body cost 5% of the
-// controller's CPU per create+release pair).
+// goes out in the fewest frames (indenting and a chunked body cost 5% of the controller's
+// CPU per create+release pair).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {

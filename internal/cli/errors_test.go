@@ -22,20 +22,20 @@ func TestAPIErrorsMapToExitCodes(t *testing.T) {
 	fa := newFakeAPI(t, map[string]http.HandlerFunc{
 		"POST /api/v1/allocations": apiErr(409, apiv1.CodeSKUUnavailable, "no placement for 8 GPUs of h200-sxm-slice",
 			map[string]any{"reason": apiv1.ReasonTopologyFragmented}),
-		"GET /api/v1/admin/nodes":             apiErr(403, apiv1.CodeForbidden, "admin role required", nil),
-		"GET /api/v1/whoami":                  apiErr(401, apiv1.CodeUnauthorized, "invalid or expired token", nil),
-		"POST /api/v1/admin/tenants":          apiErr(409, apiv1.CodeConflict, "tenant acme exists", nil),
-		"POST /api/v1/admin/tokens":           apiErr(400, apiv1.CodeInvalidRequest, "ttl must be a positive Go duration", nil),
-		"GET /api/v1/skus":                    apiErr(503, apiv1.CodeUnavailable, "database unavailable", nil),
-		"GET /api/v1/capacity":                apiErr(500, apiv1.CodeInternal, "internal error", nil),
+		"GET /api/v1/admin/nodes":    apiErr(403, apiv1.CodeForbidden, "admin role required", nil),
+		"GET /api/v1/whoami":         apiErr(401, apiv1.CodeUnauthorized, "invalid or expired token", nil),
+		"POST /api/v1/admin/tenants": apiErr(409, apiv1.CodeConflict, "tenant acme exists", nil),
+		"POST /api/v1/admin/tokens":  apiErr(400, apiv1.CodeInvalidRequest, "ttl must be a positive Go duration", nil),
+		"GET /api/v1/skus":           apiErr(503, apiv1.CodeUnavailable, "database unavailable", nil),
+		"GET /api/v1/capacity":       apiErr(500, apiv1.CodeInternal, "internal error", nil),
 		"POST /api/v1/allocations/01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f51/release": apiErr(409, apiv1.CodeIdempotencyReused, "key reused", nil),
 		"GET /api/v1/admin/os-images": func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(502)
 			_, _ = io.WriteString(w, "<html>proxy</html>")
 		},
-		"POST /api/v1/admin/nodes/n1/undrain":  apiErr(404, apiv1.CodeNotFound, "node n1 not found", nil),
-		"PUT /api/v1/admin/nodes/n1/slots":     apiErr(413, apiv1.CodeTooLarge, "body too large", nil),
-		"GET /api/v1/admin/nodes/ghost/slots":  apiErr(404, apiv1.CodeNotFound, "node ghost not found", nil),
+		"POST /api/v1/admin/nodes/n1/undrain":                          apiErr(404, apiv1.CodeNotFound, "node n1 not found", nil),
+		"PUT /api/v1/admin/nodes/n1/slots":                             apiErr(413, apiv1.CodeTooLarge, "body too large", nil),
+		"GET /api/v1/admin/nodes/ghost/slots":                          apiErr(404, apiv1.CodeNotFound, "node ghost not found", nil),
 		"GET /api/v1/allocations/01a21be3-7e0b-7c44-9f2a-4b1c2d3e4f52": apiErr(404, apiv1.CodeNotFound, "allocation not found", nil),
 	})
 	env := fa.env(t)

@@ -164,8 +164,8 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	// pool: a burst of tenant requests holding every API connection must not starve the
 	// outbox worker or hosts' leases (nor the reverse).
 	// Its connections are all opened at start and kept: the first leases of a burst of
-	// creates must not wait for new backends while the tenant pool keeps the CPU busy (issue 9
-	// item 5: a cold host pool added 100-300 ms to the first provisioning phase of each host).
+	// creates must not wait for new backends while the tenant pool keeps the CPU busy (a cold
+	// host pool added 100-300 ms to the first provisioning phase of each host).
 	hostConns := max(8, cfg.MaxDBConns/2)
 	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns, AllowSimulated: cfg.AllowSimulatedHosts})
 	if err != nil {

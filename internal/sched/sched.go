@@ -148,7 +148,7 @@ type MixEntry struct {
 const maxMixWeight = 1 << 20 // keeps weight x free slots far from overflow
 
 // DefaultMix is the demand assumed when a request names none: the H200 SKU's counts 1, 2, 4
-// and 8 GPUs at 40, 30, 20 and 10% of requests (issue 9), each under its default policy.
+// and 8 GPUs at 40, 30, 20 and 10% of requests, each under its default policy.
 func DefaultMix() []MixEntry {
 	return []MixEntry{{GPUs: 1, Weight: 40}, {GPUs: 2, Weight: 30}, {GPUs: 4, Weight: 20}, {GPUs: 8, Weight: 10}}
 }

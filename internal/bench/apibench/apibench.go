@@ -2,7 +2,7 @@
 // (auth, JSON, scheduler, transaction, outbox) and, against the same PostgreSQL, a raw-SQL
 // reference run by pgbench: the same reserve (FOR UPDATE SKIP LOCKED on four slots of one
 // node, an allocation and its claims inserted) and release, with no API, no ranking and no
-// audit. Issue 9 items 1 and 2.
+// audit: the reference for the API throughput and latency targets.
 package apibench
 
 import (

@@ -1,4 +1,4 @@
-// Package fanout measures dispatch fan-out (issue 9 item 3): thousands of simulated hosts,
+// Package fanout measures dispatch fan-out: thousands of simulated hosts,
 // each on its own TLS connection with its own mTLS node certificate, long-poll one real
 // controller the way hostd does; tasks are committed at a fixed rate to random hosts by
 // another process and woken through PostgreSQL NOTIFY (the cross-replica path), and the

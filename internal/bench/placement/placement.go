@@ -1,4 +1,4 @@
-// Package placement is the placement-quality benchmark of `make bench` (issue 9, item 4): a
+// Package placement is the placement-quality benchmark of `make bench`: a
 // churn simulation of slice requests arriving and leaving on a fleet of 8-GPU nodes (two
 // NUMA groups of four), comparing gpuaas's scheduler (internal/sched) with first-fit,
 // best-fit and random placement on the same request sequence. It measures, per offered load:
@@ -667,7 +667,7 @@ func Means(rs []Result) []Spread {
 }
 
 // DecisionCost is scheduler CPU per placement decision on a fleet of n nodes (half of each
-// node's slots in use, a 2-GPU request), averaged over reps decisions (issue 9, item 6), with
+// node's slots in use, a 2-GPU request), averaged over reps decisions, with
 // every node ranked at once: the controller's fallback path, and the cost that grows with the
 // fleet (a window ranks sched.WindowNodes nodes).
 func DecisionCost(n, reps int) time.Duration {

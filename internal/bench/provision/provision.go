@@ -1,4 +1,4 @@
-// Package provision measures provisioning overhead (issue 9 item 5): from an allocation's
+// Package provision measures provisioning overhead: from an allocation's
 // commit to the first provisioning phase started on its host, with many allocations created
 // at once, on real gpuaas-hostd processes (sim runtime: the VM itself is simulated, every
 // other step is real: enrollment, mTLS long polls, signed tasks, progress and results).

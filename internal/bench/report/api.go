@@ -17,7 +17,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/benchenv"
 )
 
-// apiSuite is issue 9 items 1 and 2: allocation throughput and latency through the HTTPS API
+// apiSuite is allocation throughput and latency through the HTTPS API
 // beside the raw-SQL reference, on two fleet sizes, and the double-booking check.
 type apiSuite struct {
 	Fleets  []int `json:"fleets"`

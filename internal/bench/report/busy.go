@@ -17,7 +17,7 @@ import (
 // rounds taking turns with the empty fleet of the main rows. Every other row starts from an
 // empty fleet, where the best-fit window finds room on the first nodes it reads; production
 // runs mostly full, with holes scattered over partly used nodes, where a window can walk past
-// nodes that cannot take the request (issue 9's 2026-11-25 note).
+// nodes that cannot take the request.
 type busyRun struct {
 	Fleet      int                 `json:"fleet"`
 	Clients    int                 `json:"clients"`

@@ -12,13 +12,13 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/fanout"
 )
 
-// Issue 9 item 3 targets.
+// Fan-out targets.
 const (
 	fanoutP99TargetMs     = 100
 	fanoutBytesPerHostMax = 64 << 10
 )
 
-// fanoutSuite is issue 9 item 3: dispatch fan-out latency to long-polling hosts over mTLS,
+// fanoutSuite is dispatch fan-out latency to long-polling hosts over mTLS,
 // and the controller's memory per parked poll.
 type fanoutSuite struct {
 	Mode      string        `json:"mode"`

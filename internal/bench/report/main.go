@@ -1,4 +1,4 @@
-// Command report is `make bench` / `make bench-quick`: it runs the measured suites of issue 9
+// Command report is `make bench` / `make bench-quick`: it runs the measured suites
 // (allocation throughput and latency through the HTTPS API beside a raw-SQL pgbench reference,
 // dispatch fan-out, provisioning overhead, placement quality, scheduler cost) and writes
 // bench/report.md, bench/report.json and PNG plots, stating the machine and the date.

@@ -7,7 +7,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/placement"
 )
 
-// Placement targets (issue 9, item 4), against the baselines at the same offered load.
+// Placement targets, against the baselines at the same offered load.
 const (
 	targetVsFirstFit = -0.25 // at least 25% fewer unusable free GPUs than first-fit
 	targetVsBestFit  = -0.10 // at least 10% fewer than best-fit

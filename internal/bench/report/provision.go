@@ -14,7 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/bench/provision"
 )
 
-// provisionSuite is issue 9 item 5: allocation commit -> first phase started on the host.
+// provisionSuite is allocation commit -> first phase started on the host.
 type provisionSuite struct {
 	Result provision.Result `json:"result"`
 	// Lab is the real slice VM's phase timings (lab runtime: libvirtd + QEMU, the test
