@@ -180,9 +180,10 @@ func run() error {
 		return err
 	}
 
-	d.say("Register an 8x H200 node: the response carries its one-time bootstrap token")
+	d.say("Register an 8x H200 node: the answer carries its one-time bootstrap token (--jq picks the fields the demo needs)")
 	out, err = d.ctl("nodes", "add", "h200-demo-01", "--region", "lab", "--sku", "h200-sxm-baremetal-8g",
-		"--slice-sku", "h200-sxm-slice", "--profile-tag", "gpuaas-profile-slice-vm", "--hardware-tag", "gpu-nvidia-h200", "-o", "json")
+		"--slice-sku", "h200-sxm-slice", "--profile-tag", "gpuaas-profile-slice-vm", "--hardware-tag", "gpu-nvidia-h200",
+		"--jq", "{name, bootstrap_token, bootstrap_token_expires_at}")
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,6 @@ func run() error {
 	if err := json.Unmarshal(out, &node); err != nil || node.BootstrapToken == "" {
 		return fmt.Errorf("node json without bootstrap_token: %v", err)
 	}
-	fmt.Printf("(bootstrap token %s…, one-time, expires %s)\n", node.BootstrapToken[:12], node.BootstrapTokenExpiresAt.Format(time.RFC3339))
 
 	hostdCfg := filepath.Join(dir, "hostd", "hostd.yaml")
 	hostRoot := filepath.Join(dir, "hostroot")
@@ -262,13 +262,11 @@ func run() error {
 	}
 
 	if !useLab {
-		d.say("Discover the host's topology through a signed task, review the candidates, approve them")
+		d.say("Discover the host's topology through a signed task: GPUs, NVMe, fabric, and the candidate slots")
 		if _, err := d.ctl("topology", "discover", "h200-demo-01", "--wait"); err != nil {
 			return err
 		}
-		if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--dry-run"); err != nil {
-			return err
-		}
+		d.say("Approve the ready candidates: each slot gets its devices, its own host CPUs, a MAC and an IP")
 		if _, err := d.ctl("slots", "approve", "h200-demo-01", "--all-ready", "--yes"); err != nil {
 			return err
 		}
@@ -307,13 +305,6 @@ func run() error {
 	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
 		return err
 	}
-	tasks, err := api.ListTasks(context.Background(), "", a.ID)
-	if err != nil || len(tasks) == 0 {
-		return fmt.Errorf("no tasks for the allocation: %v", err)
-	}
-	if _, err := d.ctl("tasks", "show", tasks[len(tasks)-1].ID); err != nil {
-		return err
-	}
 	tenantEnv()
 	if useLab {
 		d.say("As the tenant, into the VM through the controller's audited relay (hostd dials out, SSHes in with the relay key)")
@@ -340,7 +331,7 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	if _, err := d.ctl("alloc", "show", a.ID); err != nil {
+	if _, err := d.ctl("alloc", "show", a.ID, "--jq", "{status, handover}"); err != nil {
 		return err
 	}
 	adminEnv()
