@@ -102,6 +102,7 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"restartlibvirtd":  restartLibvirtd,
 			"waitphase":        waitPhase,
 			"waitunauthorized": waitUnauthorized,
+			"waitsessions":     waitSessionsEnded,
 			"tmuxstart":        tmuxStart,
 			"tmuxkeys":         tmuxKeys,
 			"tmuxwait":         tmuxWait,
@@ -252,6 +253,34 @@ func waitUnauthorized(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(200 * time.Millisecond) // poll; the deadline bounds it
 	}
 	ts.Fatalf("token still accepted after %s", timeout)
+}
+
+// waitSessionsEnded waits until no terminal session the caller can see is still open: a
+// session's end is recorded when the relay notices its client left, a moment after the
+// client has exited. Usage: waitsessions [timeout]
+func waitSessionsEnded(ts *testscript.TestScript, neg bool, args []string) {
+	timeout := 30 * time.Second
+	if len(args) == 1 {
+		d, err := time.ParseDuration(args[0])
+		ts.Check(err)
+		timeout = d
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		items, err := c.ListSessions(context.Background(), "")
+		open := 0
+		for _, s := range items {
+			if s.Status == "open" {
+				open++
+			}
+		}
+		if err == nil && open == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // poll; the deadline bounds it
+	}
+	ts.Fatalf("terminal sessions still open after %s", timeout)
 }
 
 // waitNode waits until a node has reported a heartbeat. Usage: waitnode NAME [timeout]
