@@ -88,7 +88,7 @@ func (s *fanoutSuite) markdown() string {
 		fmt.Fprintf(&b, " Worst second of the stream: t=%d s, %d tasks, p99 %.1f ms, max %.1f ms, %d renewed polls (per second in report.json).", worst.At, worst.Tasks, worst.P99ms, worst.MaxMs, worst.EmptyPolls)
 	}
 	b.WriteString("\n\n")
-	b.WriteString("**Targets (issue 9)**\n\n")
+	b.WriteString("**Targets**\n\n")
 	fmt.Fprintf(&b, "- p99 commit-to-receipt <= %d ms with %d hosts: %.1f ms: %s.\n", fanoutP99TargetMs, r.Hosts, r.P99ms, verdict(r.Tasks > 0 && r.P99ms <= fanoutP99TargetMs))
 	fmt.Fprintf(&b, "- controller memory per idle host <= 64 KiB: RSS %.1f KiB: %s (Go heap+stacks %.1f KiB).\n", r.BytesPerHost/1024, verdict(r.BytesPerHost <= fanoutBytesPerHostMax), r.HeapPerHost/1024)
 	fmt.Fprintf(&b, "- every task received exactly once: lost %d, duplicates %d: %s.\n", r.Lost, r.Duplicates, verdict(r.Tasks > 0 && r.Lost == 0 && r.Duplicates == 0))

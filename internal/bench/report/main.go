@@ -209,7 +209,7 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 	for _, p := range placement.Placers() {
 		fmt.Fprintf(&b, "%s %.3f; ", p.Name(), fill[p.Name()])
 	}
-	b.WriteString("\n\n**Targets (issue 9)**: at the same load, at least 25% fewer unusable free GPUs than first-fit and 10% fewer than best-fit; NUMA-local 100% whenever feasible. Both readings of \"fewer unusable free GPUs\" are judged: the fragmentation share (of the free GPUs), and the count over the fleet (unusable/fleet; shown also in GPUs). Means over the seeds, with the per-seed range of the difference in brackets.\n\n")
+	b.WriteString("\n\n**Targets**: at the same load, at least 25% fewer unusable free GPUs than first-fit and 10% fewer than best-fit; NUMA-local 100% whenever feasible. Both readings of \"fewer unusable free GPUs\" are judged: the fragmentation share (of the free GPUs), and the count over the fleet (unusable/fleet; shown also in GPUs). Means over the seeds, with the per-seed range of the difference in brackets.\n\n")
 	if nodes != 1000 {
 		fmt.Fprintf(&b, "This run's fleet is %d nodes, not the issue's 1,000 (a smoke run): on a smaller fleet the policies differ by other margins, so these verdicts are not the issue's.\n\n", nodes)
 	}
