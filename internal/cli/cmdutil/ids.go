@@ -24,7 +24,7 @@ func ResolveID(ctx context.Context, arg, noun string, list func(context.Context)
 		return arg, nil
 	}
 	if len(arg) < minIDPrefix {
-		return "", FlagErrorf("%q is too short to name a %s: give its whole id, the short form tables print, or a prefix of %d characters or more", arg, noun, minIDPrefix)
+		return "", FlagErrorf("%q is too short to name the %s: give its whole id, the short form tables print, or a prefix of %d characters or more", arg, noun, minIDPrefix)
 	}
 	ids, err := list(ctx)
 	if err != nil {
