@@ -102,8 +102,9 @@ lab-libvirtd: deps
 	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -v -run 'TestCallsSurviveALibvirtdRestart$$' ./internal/hypervisor
 	GPUAAS_LAB_LIBVIRTD_RESTART=1 $(GO) test -count=1 -timeout 20m -v -run 'TestScripts/lab_vm_libvirtd_restart$$' ./internal/e2e
 
-# bench measures issue 9's targets side by side in one run (these machines are noisy: only
-# ratios within a run are stable) and writes bench/report.md + JSON + plots; about 14 minutes on 2 cores (BENCH_ARGS=--seeds=1: about 12).
+# bench measures the performance targets (docs/performance.md) side by side in one run (these
+# machines are noisy: only ratios within a run are stable) and writes bench/report.md + JSON +
+# plots; about 19 minutes on 2 cores (BENCH_ARGS=--seeds=1: fewer placement seeds, shorter).
 # BENCH_ARGS=--profile also saves controller CPU profiles.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...

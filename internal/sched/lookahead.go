@@ -19,12 +19,12 @@ import (
 const (
 	// departureHorizon is each live allocation's chance of having left by the horizon.
 	departureHorizon = 0.2
-	// lookaheadFGD divides the FGD change now in the score (weight 1/3; 1/2 until 2026-11-26:
+	// lookaheadFGD divides the FGD change now in the score (weight 1/3, chosen over 1/2:
 	// docs/performance.md, "The FGD change at a third").
 	lookaheadFGD = 3
 	// horizonWholeHost weighs the whole-host terms of the mix (8 GPUs on a GPU server) this
-	// many times in the expectation after the horizon, not in the FGD change now (2026-11-26:
-	// docs/performance.md, "A whole host counts double at the horizon"). A node is empty again
+	// many times in the expectation after the horizon, not in the FGD change now
+	// (docs/performance.md, "A whole host counts double at the horizon"). A node is empty again
 	// only when every allocation on it has left, and only an empty node serves a whole-host
 	// request; at weight 1 the look-ahead traded empty nodes for free NUMA groups, and the
 	// free GPUs of nodes that were not empty were most of the unusable ones.

@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// A learned-value exploration (2026-11-25; docs/performance.md, "Learned node values"):
+// A learned-value exploration (docs/performance.md, "Learned node values"):
 //
 //	PLACEMENT_EXPLORE=1 VALUE_BASE=gpuaas go test -run 'TestExploreValue$' -v ./internal/bench/placement/
 //
