@@ -152,6 +152,13 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 	a.kickSender()
 }
 
+func taskIDSafe(id string) bool {
+	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/\\") || strings.HasPrefix(id, ".") {
+		return false
+	}
+	return true
+}
+
 func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.Result {
 	res := task.Result{TaskID: env.TaskID, Attempt: env.Attempt}
 	// Live progress goes out in the background, coalesced: a phase never waits for the
@@ -255,6 +262,8 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 	return res
 }
 
+func (a *Agent) wiper() disk.Wiper { return disk.Wiper{FS: a.host, Run: hostfs.Exec{}} }
+
 // progressEvery is the most often one task's live progress is reported.
 const progressEvery = 250 * time.Millisecond
 
@@ -296,12 +305,3 @@ func (a *Agent) progress(taskID string, phases []task.Phase) {
 		a.log.Debug("progress refused", "task", taskID, "err", apiError(resp, data))
 	}
 }
-
-func taskIDSafe(id string) bool {
-	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/\\") || strings.HasPrefix(id, ".") {
-		return false
-	}
-	return true
-}
-
-func (a *Agent) wiper() disk.Wiper { return disk.Wiper{FS: a.host, Run: hostfs.Exec{}} }
