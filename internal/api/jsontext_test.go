@@ -39,3 +39,18 @@ func TestNULAndDeepNestingAreRefusedAtTheDecoder(t *testing.T) {
 		t.Fatalf("nesting within the bound refused: %v", err)
 	}
 }
+
+// TestCapacityMetadataIsBounded: a slot's free-form capacity_metadata above 16 KiB of JSON is
+// refused with the slot named, so one slot cannot make every listing print megabytes.
+func TestCapacityMetadataIsBounded(t *testing.T) {
+	sp := apiv1.SlotSpec{SlotIndex: 3, PCIAddress: "0000:1b:00.0", NVMeDevice: "/dev/disk/by-id/nvme-x", MACAddress: "52:54:00:00:00:01",
+		PrivateIP: "10.0.0.1", CapacityMetadata: map[string]any{"note": strings.Repeat("x", maxCapacityMetadata)}}
+	err := ValidateSlotMap([]apiv1.SlotSpec{sp})
+	if !isBadRequest(err) || !strings.Contains(err.Error(), "slot 3: capacity_metadata is larger than") {
+		t.Fatalf("oversized capacity_metadata: %v", err)
+	}
+	sp.CapacityMetadata = map[string]any{"storage_ownership": "slice"}
+	if err := ValidateSlotMap([]apiv1.SlotSpec{sp}); err != nil && strings.Contains(err.Error(), "capacity_metadata is larger") {
+		t.Fatalf("a small capacity_metadata refused: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -237,6 +238,9 @@ var (
 	sharing        = map[string]bool{"": true, "exclusive_device": true, "mig_partition": true, "mdev_vgpu": true, "time_sliced": true, "mps": true, "software_shared": true}
 )
 
+// maxCapacityMetadata bounds a slot's capacity_metadata as JSON (a few keys in practice).
+const maxCapacityMetadata = 16 << 10
+
 // ValidateSlotMap checks a declarative slot map before anything is written: identities must
 // be well formed and unique within the node (a GPU, disk, VF, MAC or IP in two slots would let
 // two tenants share hardware). Slots may still lack policy keys: they are stored but not
@@ -278,6 +282,11 @@ func ValidateSlotMap(specs []apiv1.SlotSpec) error {
 		}
 		if i < 0 || i > maxSlotIndex {
 			return errInvalid("slot_index %d out of range 0..%d", i, maxSlotIndex)
+		}
+		// Free-form metadata is stored and printed back with every slot listing: bounded, so
+		// one slot cannot make `slots list` print megabytes (depth is bounded at the decoder).
+		if b, err := json.Marshal(sp.CapacityMetadata); err != nil || len(b) > maxCapacityMetadata {
+			return errInvalid("slot %d: capacity_metadata is larger than %d bytes of JSON", i, maxCapacityMetadata)
 		}
 		if err := dup("slot_index", "slot_index", strconv.Itoa(i), strconv.Itoa(i), i); err != nil {
 			return err
