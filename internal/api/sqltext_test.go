@@ -8,9 +8,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
-// sqlText matches what PostgreSQL's own messages carry and a client must never see:
-// constraint and relation names, SQLSTATEs, type syntax errors.
-var sqlText = regexp.MustCompile(`(?i)violates|constraint|_fkey|_pkey|_key\b|duplicate key|invalid input syntax|sqlstate|relation "|column "|for type uuid|pgx|postgres`)
+// sqlText matches phrases only PostgreSQL's own messages carry, which a client must never see:
+// constraint violations, type syntax errors, SQLSTATEs, relation and column names. The phrases
+// are whole and case-sensitive: answers also carry random tokens, which may spell "PgX".
+var sqlText = regexp.MustCompile(`violates (unique|foreign key|check|not-null|exclusion) constraint|duplicate key value|` +
+	`invalid input syntax for|SQLSTATE|relation \\?"[a-z_]+\\?"|column \\?"[a-z_]+\\?"|for type uuid|_fkey\\?"|_pkey\\?"|_key\\?"|pgx: |pq: `)
 
 // TestNoSQLTextReachesClients walks the admin and user endpoints with bad ids, duplicates and
 // dangling references: every answer is a 4xx in our words, none names a constraint, table or
