@@ -73,8 +73,12 @@ func TestCallsSurviveALibvirtdRestart(t *testing.T) {
 	if err != nil || !slices.Contains(names, name) {
 		t.Fatalf("after the libvirtd restart: list %q, %v", names, err)
 	}
+	// libvirtd 9.0 may yet shut the diskless stub down after its restart (see above): a
+	// destroy that finds it stopped still got its answer through the reconnected connection.
 	if err := h.Destroy(name); err != nil {
-		t.Fatal(err)
+		if st, serr := h.State(name); serr != nil || st.Active() {
+			t.Fatalf("destroy after the restart: %v (state %q, %v)", err, st, serr)
+		}
 	}
 	if err := h.Undefine(name); err != nil {
 		t.Fatal(err)
