@@ -69,6 +69,7 @@ func newEnrollCmd(stdout io.Writer) *cobra.Command {
 	fl.StringVar(&o.Token, "token", "", "one-time bootstrap token (or GPUAAS_BOOTSTRAP_TOKEN)")
 	fl.StringVar(&o.ConfigPath, "config", "/etc/gpuaas/hostd.yaml", "config file to write")
 	fl.StringVar(&o.Runtime, "runtime", "", "slice runtime to record in the config (sim, lab, libvirt)")
+	fl.BoolVar(&o.LabHost, "lab-host", false, "this host is the lab host VM (make lab-host): count its emulated stand-ins as GPUs and fabric; the controller records it as simulated, never sold as real capacity")
 	fl.StringVar(&o.HostRoot, "host-root", "", "host root to record in the config")
 	fl.StringVar(&o.StateDir, "state-dir", "", "state directory to record in the config")
 	return cmd

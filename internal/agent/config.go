@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/task"
+	"github.com/gpuaas/gpuaas/internal/topology"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
@@ -20,21 +21,25 @@ import (
 
 // Config is hostd's typed configuration: flags > GPUAAS_* env > file.
 type Config struct {
-	Server         string        `mapstructure:"server" yaml:"server"`
-	Servers        []string      `mapstructure:"servers" yaml:"servers,omitempty"` // more controllers to fail over to (ServerList)
-	NodeID         string        `mapstructure:"node_id" yaml:"node_id"`
-	CAFile         string        `mapstructure:"ca_file" yaml:"ca_file"`
-	CertFile       string        `mapstructure:"cert_file" yaml:"cert_file"`
-	KeyFile        string        `mapstructure:"key_file" yaml:"key_file"`
-	SigningPubFile string        `mapstructure:"signing_pub_file" yaml:"signing_pub_file"`
-	StateDir       string        `mapstructure:"state_dir" yaml:"state_dir"`
-	HostRoot       string        `mapstructure:"host_root" yaml:"host_root"`
-	Runtime        string        `mapstructure:"runtime" yaml:"runtime"`
-	MaxConcurrent  int           `mapstructure:"max_concurrent" yaml:"max_concurrent"`
-	PollWait       time.Duration `mapstructure:"poll_wait" yaml:"poll_wait"`
-	Heartbeat      time.Duration `mapstructure:"heartbeat" yaml:"heartbeat"`
-	ClockSkew      time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
-	MetricsListen  string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
+	Server         string   `mapstructure:"server" yaml:"server"`
+	Servers        []string `mapstructure:"servers" yaml:"servers,omitempty"` // more controllers to fail over to (ServerList)
+	NodeID         string   `mapstructure:"node_id" yaml:"node_id"`
+	CAFile         string   `mapstructure:"ca_file" yaml:"ca_file"`
+	CertFile       string   `mapstructure:"cert_file" yaml:"cert_file"`
+	KeyFile        string   `mapstructure:"key_file" yaml:"key_file"`
+	SigningPubFile string   `mapstructure:"signing_pub_file" yaml:"signing_pub_file"`
+	StateDir       string   `mapstructure:"state_dir" yaml:"state_dir"`
+	HostRoot       string   `mapstructure:"host_root" yaml:"host_root"`
+	Runtime        string   `mapstructure:"runtime" yaml:"runtime"`
+	// LabHost is set by `enroll --lab-host` only: this host is the lab host VM (internal/
+	// labhost), its discovery counts emulated stand-ins as GPUs and fabric, its slice VMs run
+	// under software emulation when it has no KVM, and the controller records it as simulated.
+	LabHost       bool          `mapstructure:"lab_host" yaml:"lab_host,omitempty"`
+	MaxConcurrent int           `mapstructure:"max_concurrent" yaml:"max_concurrent"`
+	PollWait      time.Duration `mapstructure:"poll_wait" yaml:"poll_wait"`
+	Heartbeat     time.Duration `mapstructure:"heartbeat" yaml:"heartbeat"`
+	ClockSkew     time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
+	MetricsListen string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
 	// SimPhaseDelay makes each simulated phase take this long (sim runtime only), so
 	// operators and tests can watch progress and interrupt a running task.
 	SimPhaseDelay time.Duration `mapstructure:"sim_phase_delay" yaml:"sim_phase_delay,omitempty"`
@@ -197,6 +202,9 @@ func (c Config) Validate() error {
 		!slices.Contains(task.ProvisionPhases, c.SimHoldPhase) && !slices.Contains(task.ReleasePhases, c.SimHoldPhase)) {
 		return fmt.Errorf("sim_hold_phase %q must name a slice.vm_provision or slice.vm_release phase, and needs runtime sim", c.SimHoldPhase)
 	}
+	if c.LabHost && c.Runtime != "libvirt" {
+		return fmt.Errorf("lab_host is the libvirt runtime on the lab host VM, not runtime %q", c.Runtime)
+	}
 	switch c.Runtime {
 	case "sim":
 	case "lab", "libvirt":
@@ -236,4 +244,9 @@ func WriteConfig(path string, c Config) error {
 		return err
 	}
 	return writeAtomic(path, b, 0o600)
+}
+
+// DiscoverOptions are the discovery options this configuration implies.
+func (c Config) DiscoverOptions() topology.Options {
+	return topology.Options{LabStandIns: c.LabHost, VFIORebind: c.SliceRuntimeVFIOBind}
 }

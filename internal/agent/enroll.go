@@ -28,6 +28,7 @@ type EnrollOptions struct {
 	Token      string
 	ConfigPath string
 	Runtime    string
+	LabHost    bool // the lab host VM (Config.LabHost)
 	HostRoot   string
 	StateDir   string
 }
@@ -57,7 +58,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
 	}
 	// The runtime goes with the enrollment: the controller records a sim host as simulated.
 	body, _ := json.Marshal(apiv1.EnrollRequest{BootstrapToken: strings.TrimSpace(o.Token),
-		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})), Runtime: runtime})
+		PublicKeyPEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})), Runtime: runtime, LabHost: o.LabHost})
 	for _, s := range list {
 		if err := validServer(s); err != nil {
 			return Config{}, err
@@ -100,7 +101,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (Config, error) {
 func writeIdentity(o EnrollOptions, key *ecdsa.PrivateKey, en apiv1.Enrollment) (Config, error) {
 	dir := filepath.Dir(o.ConfigPath)
 	list := Config{Server: o.Server, Servers: o.Servers}.ServerList()
-	c := Config{Server: list[0], Servers: list[1:], NodeID: en.NodeID, Runtime: o.Runtime, HostRoot: o.HostRoot, StateDir: o.StateDir,
+	c := Config{Server: list[0], Servers: list[1:], NodeID: en.NodeID, Runtime: o.Runtime, LabHost: o.LabHost, HostRoot: o.HostRoot, StateDir: o.StateDir,
 		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "hostd.crt"), KeyFile: filepath.Join(dir, "hostd.key"),
 		SigningPubFile: filepath.Join(dir, "task-signing.pub")}
 	keyDER, err := x509.MarshalECPrivateKey(key)

@@ -25,7 +25,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 
 func (a *Agent) sendHeartbeat(ctx context.Context) {
 	facts, _ := json.Marshal(a.facts())
-	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), RunningTasks: int(a.running.Load()),
+	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), LabHost: a.cfg.LabHost, RunningTasks: int(a.running.Load()),
 		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover), string(task.TypePrereqCheck),
 			string(task.TypeStorageTransit), string(task.TypeWipeVerify)}, Facts: facts,
 		FirmwareProfile: a.firmwareEvidence(), Prerequisites: a.prereqSummary()}

@@ -236,7 +236,7 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		})
 	case *task.TopologyDiscover:
 		err = rec.Run("topology_discover", func() error {
-			r, derr := topology.Discover(a.host)
+			r, derr := topology.DiscoverWith(a.host, a.cfg.DiscoverOptions())
 			out = r
 			return derr
 		})

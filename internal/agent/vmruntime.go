@@ -70,7 +70,7 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 		Hypervisor: hv, Leases: &leases.Dir{Path: filepath.Join(cfg.DataDir, "node-scheduler", "leases"), TTL: ttl},
 		Images: &imagecache.Cache{Dir: filepath.Join(cfg.DataDir, "slice-images"), MaxBytes: imagecache.DefaultMaxBytes},
 		DHCP:   srv, Telemetry: reg, Bridge: cfg.Bridge, OVS: cfg.Runtime == "libvirt", LoaderPath: cfg.OVMFCode, VarsTemplate: cfg.OVMFVars,
-		TerminalKeyPath: cfg.SliceTerminalSSHKeyPath, LibvirtSocket: cfg.LibvirtSocket, VFIOBind: cfg.SliceRuntimeVFIOBind, ReadinessTimeout: cfg.ReadinessTimeout, Log: log})
+		TerminalKeyPath: cfg.SliceTerminalSSHKeyPath, LibvirtSocket: cfg.LibvirtSocket, VFIOBind: cfg.SliceRuntimeVFIOBind, SoftwareCPU: cfg.LabHost && !hostfs.New(cfg.HostRoot).Exists("/dev/kvm"), ReadinessTimeout: cfg.ReadinessTimeout, Log: log})
 	if err != nil {
 		hv.Close()
 		return nil, nil, err

@@ -153,13 +153,13 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request, _ Principal) err
 		if out, err = s.issueNodeCert(r, tx, nodeID, pub); err != nil {
 			return err
 		}
-		simulated := req.Runtime == "sim"
+		simulated := req.Runtime == "sim" || req.LabHost
 		if err := tx.RecordEnrollmentRuntime(r.Context(), nodeID, simulated); err != nil {
 			return err
 		}
 		return tx.Audit(r.Context(), store.AuditRecord{Actor: "node:" + nodeID, ActorRole: "node", Action: "node.enroll",
 			TargetKind: "node", TargetID: nodeID, RequestID: requestID(r.Context()),
-			Details: map[string]any{"cert_not_after": out.NotAfter, "runtime": req.Runtime, "simulated": simulated}})
+			Details: map[string]any{"cert_not_after": out.NotAfter, "runtime": req.Runtime, "lab_host": req.LabHost, "simulated": simulated}})
 	})
 	if err != nil {
 		return err

@@ -26,9 +26,9 @@ func (s *Server) present(n apiv1.Node) apiv1.Node {
 	n.Mode, n.Schedulable = alloc.DeriveMode(n, s.alloc.HeartbeatMaxAge(), time.Now())
 	if n.Simulated {
 		if s.alloc.AllowSimulated() {
-			n.Schedulable.Reasons = append(n.Schedulable.Reasons, "simulated host (sim runtime): sold only because the controller allows simulated hosts")
+			n.Schedulable.Reasons = append(n.Schedulable.Reasons, "simulated host (sim runtime or lab host): sold only because the controller allows simulated hosts")
 		} else {
-			n.Schedulable.Reasons = append(n.Schedulable.Reasons, "simulated host (sim runtime): not sold; start the controller with --allow-simulated-hosts for demos and tests")
+			n.Schedulable.Reasons = append(n.Schedulable.Reasons, "simulated host (sim runtime or lab host): not sold; start the controller with --allow-simulated-hosts for demos and tests")
 			n.Schedulable.Baremetal, n.Schedulable.Slice = false, false
 		}
 	}

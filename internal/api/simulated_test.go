@@ -129,7 +129,7 @@ func TestSimulatedHostIsNotSoldWithoutTheFlag(t *testing.T) {
 		}
 		return n
 	}
-	if n := getNode(strict); !n.Simulated || n.Schedulable.Slice || !strings.Contains(strings.Join(n.Schedulable.Reasons, "; "), "simulated host (sim runtime): not sold") {
+	if n := getNode(strict); !n.Simulated || n.Schedulable.Slice || !strings.Contains(strings.Join(n.Schedulable.Reasons, "; "), "simulated host (sim runtime or lab host): not sold") {
 		t.Fatalf("node after a sim enrollment: simulated=%v schedulable=%+v", n.Simulated, n.Schedulable)
 	}
 

@@ -533,6 +533,9 @@ type EnrollRequest struct {
 	// Runtime is the hostd runtime (libvirt, lab, sim): a node enrolled with sim is recorded
 	// as simulated. Empty (an older hostd) counts as not simulated until a heartbeat says.
 	Runtime string `json:"runtime,omitempty"`
+	// LabHost: the host is the lab host VM, whose GPUs and fabric are emulated stand-ins;
+	// it is recorded as simulated like a sim host.
+	LabHost bool `json:"lab_host,omitempty"`
 }
 
 // Enrollment is the node's identity: its certificate, the CA, and the key that signs tasks.
@@ -548,6 +551,7 @@ type Enrollment struct {
 type Heartbeat struct {
 	AgentVersion    string          `json:"agent_version"`
 	Runtime         string          `json:"runtime"`
+	LabHost         bool            `json:"lab_host,omitempty"` // emulated stand-ins: simulated (EnrollRequest.LabHost)
 	TaskTypes       []string        `json:"task_types"`
 	Facts           json.RawMessage `json:"facts,omitempty"`
 	FirmwareProfile json.RawMessage `json:"firmware_profile,omitempty"`

@@ -41,19 +41,22 @@ type Bundle struct {
 
 // Spec is everything the domain needs.
 type Spec struct {
-	Name       string
-	UUID       string // optional
-	VCPUs      int
-	MemoryMiB  int
-	Hugepages  bool
-	Bundles    []Bundle
-	SeedISO    string
-	MAC        string
-	Bridge     string // host bridge name
-	OVS        bool   // bridge is Open vSwitch (production); false = Linux bridge (lab)
-	Emulated   bool   // lab: type='qemu' (no KVM), no PCI passthrough
-	LoaderPath string // OVMF code, e.g. /usr/share/OVMF/OVMF_CODE_4M.fd
-	NVRAMPath  string // per-VM vars file
+	Name      string
+	UUID      string // optional
+	VCPUs     int
+	MemoryMiB int
+	Hugepages bool
+	Bundles   []Bundle
+	SeedISO   string
+	MAC       string
+	Bridge    string // host bridge name
+	OVS       bool   // bridge is Open vSwitch (production); false = Linux bridge (lab)
+	Emulated  bool   // lab: type='qemu' (no KVM), no PCI passthrough
+	// SoftwareCPU: type='qemu' with the default CPU model, passthrough kept (the lab host VM:
+	// an emulated IOMMU and devices, no KVM).
+	SoftwareCPU bool
+	LoaderPath  string // OVMF code, e.g. /usr/share/OVMF/OVMF_CODE_4M.fd
+	NVRAMPath   string // per-VM vars file
 	// LabOffloadOff turns NIC checksum/segmentation offloads off (LAB.md: OVS netdev
 	// datapath drops DHCP and TCP otherwise).
 	LabOffloadOff bool
@@ -338,7 +341,7 @@ func Build(s Spec) ([]byte, error) {
 	d := domain{Type: "kvm", Name: s.Name, UUID: s.UUID, Memory: unitValue{"MiB", s.MemoryMiB},
 		VCPU: vcpu{"static", s.VCPUs}, IOThreads: 1, OnPoweroff: "destroy", OnReboot: "restart", OnCrash: "destroy",
 		CPU: &cpuXML{Mode: "host-passthrough", Check: "none", Cache: &cacheXML{Mode: "passthrough"}}, Features: features{ACPI: &struct{}{}, APIC: &struct{}{}}}
-	if s.Emulated {
+	if s.Emulated || s.SoftwareCPU {
 		d.Type, d.CPU = "qemu", nil // no KVM here: software emulation, default CPU model
 	}
 	d.CPUTune = lay.cpuTune()

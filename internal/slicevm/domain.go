@@ -16,7 +16,7 @@ import (
 // binding and pinning only to what the lab host has). The summary says where vCPUs, threads
 // and memory went.
 func (h *Host) DomainXML(p *task.VMProvision, disks []string, seedISO, nvram string) ([]byte, string, error) {
-	return BuildDomain(DomainInput{Plan: p, Disks: disks, SeedISO: seedISO, NVRAM: nvram, Lab: h.cfg.Lab, ConsoleLog: filepath.Join(filepath.Dir(seedISO), "console.log"),
+	return BuildDomain(DomainInput{Plan: p, Disks: disks, SeedISO: seedISO, NVRAM: nvram, Lab: h.cfg.Lab, SoftwareCPU: h.cfg.SoftwareCPU, ConsoleLog: filepath.Join(filepath.Dir(seedISO), "console.log"),
 		Bridge: h.cfg.Bridge, OVS: h.cfg.OVS, Loader: h.cfg.LoaderPath, FS: h.cfg.FS})
 }
 
@@ -27,12 +27,13 @@ type DomainInput struct {
 	SeedISO string
 	NVRAM   string
 	// ConsoleLog keeps a copy of the serial console (optional).
-	ConsoleLog string
-	Lab        bool
-	Bridge     string
-	OVS        bool
-	Loader     string
-	FS         hostfs.FS // the host's NUMA nodes and their CPUs (/sys/devices/system/node)
+	ConsoleLog  string
+	Lab         bool
+	SoftwareCPU bool // domain type qemu with passthrough kept (HostConfig.SoftwareCPU)
+	Bridge      string
+	OVS         bool
+	Loader      string
+	FS          hostfs.FS // the host's NUMA nodes and their CPUs (/sys/devices/system/node)
 }
 
 // BuildDomain turns a plan into domain XML: memory and vCPUs summed across slots (the
@@ -57,7 +58,7 @@ func BuildDomain(in DomainInput) ([]byte, string, error) {
 		mem = p.Profile.MemoryMiB
 	}
 	spec := domainxml.Spec{Name: VMName(p.AllocationID), VCPUs: vcpus, MemoryMiB: mem, SeedISO: in.SeedISO,
-		MAC: p.Bundles[0].MACAddress, Bridge: in.Bridge, OVS: in.OVS && !in.Lab, Emulated: in.Lab, LabOffloadOff: in.Lab,
+		MAC: p.Bundles[0].MACAddress, Bridge: in.Bridge, OVS: in.OVS && !in.Lab, Emulated: in.Lab, SoftwareCPU: in.SoftwareCPU, LabOffloadOff: in.Lab,
 		LoaderPath: in.Loader, NVRAMPath: in.NVRAM, ConsoleLog: in.ConsoleLog, Hugepages: wantsHugepages(p.Profile.Hugepages) && !in.Lab,
 		HousekeepingCPUs: pl.hk}
 	for i, b := range p.Bundles {

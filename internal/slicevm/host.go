@@ -22,6 +22,9 @@ type HostConfig struct {
 	// stand in for NVMe, a Linux bridge for OVS, and the phases that need PCI passthrough say
 	// "skipped: lab host" (never "ok").
 	Lab bool
+	// SoftwareCPU runs the production runtime's domains (passthrough included) under
+	// software emulation: the lab host VM, which has an IOMMU and devices but no KVM.
+	SoftwareCPU bool
 	// DataDir is /var/lib/gpuaas: slices/, slice-images/, node-scheduler/leases/, terminal/.
 	DataDir string
 	// FS is the real host (root "/"); Run runs host commands (qemu-img, wipe tools).
@@ -134,3 +137,7 @@ func (h *Host) SliceDir(allocationID string) string {
 }
 
 const labSkip = "lab host: no PCI passthrough"
+
+// softwareCPUSkip: on the lab host VM (no KVM) the guest boots under nested software
+// emulation, far slower than any readiness timeout; the host is simulated, never sold.
+const softwareCPUSkip = "simulated: lab host VM without KVM, the guest boots under nested software emulation and is not awaited"

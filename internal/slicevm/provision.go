@@ -253,12 +253,26 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if err := h.cfg.Hypervisor.Start(out.VMName); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%s defined and started (%d disks); %s", out.VMName, len(disks), placed), nil
+			detail := fmt.Sprintf("%s defined and started (%d disks); %s", out.VMName, len(disks), placed)
+			if !h.cfg.Lab {
+				held, err := h.vfioHeld(out.VMName, p.Bundles)
+				if err != nil {
+					return "", err
+				}
+				detail += "; " + held
+			}
+			return detail, nil
 		}},
 		{"readiness", func() (string, error) {
+			if h.cfg.SoftwareCPU {
+				return "", Skip(softwareCPUSkip)
+			}
 			return h.readiness(ctx, p, signer, started, dir)
 		}},
 		{"performance_probe", func() (string, error) {
+			if h.cfg.SoftwareCPU {
+				return "", Skip(softwareCPUSkip)
+			}
 			return h.probe(ctx, p, signer, dir), nil // best effort: never fails the task
 		}},
 	}

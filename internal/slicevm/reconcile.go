@@ -20,7 +20,8 @@ type Reconciler interface {
 
 // Reconcile checks, per expected slot: the domain exists and runs (for active allocations),
 // the slot's lease is held by its allocation, the boot MAC's DHCP reservation exists, the
-// disk is a block device and not mounted, and (production) the GPU and VF sit on vfio-pci;
+// disk is a block device and not mounted, and (production) the GPU and VF sit on vfio-pci
+// and are attached to the running domain;
 // each slot also carries when its guest last reported telemetry. It also lists gpuaas-* domains, leases and reservations that no live allocation accounts for.
 // It only reads: repairing is the controller's decision.
 func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.ReconcileReport, error) {
@@ -59,6 +60,18 @@ func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.Reconcile
 		if st == "" {
 			st = hypervisor.NotFound
 		}
+		// The devices the running domain really holds: a GPU or VF detached from it (by hand,
+		// or a hot-unplug after a device fault) is drift of its slot.
+		attached := map[string]bool{}
+		hostdevsKnown := false
+		if !h.cfg.Lab && st == hypervisor.Running {
+			if addrs, err := h.cfg.Hypervisor.PCIHostdevs(name); err == nil {
+				hostdevsKnown = true
+				for _, a := range addrs {
+					attached[a] = true
+				}
+			}
+		}
 		var heard *time.Time
 		if r, ok := h.cfg.Telemetry.Latest(a.AllocationID); ok {
 			heard = &r.ReceivedAt
@@ -91,6 +104,9 @@ func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.Reconcile
 				for _, addr := range []string{b.GPUPCI, b.FabricVFPCI} {
 					if d := h.cfg.FS.LinkBase("/sys/bus/pci/devices/" + addr + "/driver"); d != "vfio-pci" {
 						sd.Drift = append(sd.Drift, addr+" is on driver "+quoteOr(d, "none")+", not vfio-pci")
+					}
+					if hostdevsKnown && addr != "" && !attached[addr] {
+						sd.Drift = append(sd.Drift, addr+" is not attached to domain "+name)
 					}
 				}
 			}

@@ -9,7 +9,7 @@ import (
 // candidates pairs each GPU (in PCI order) with the first free NUMA-local NVMe and the first
 // free fabric VF on the same NUMA node, then records every reason the bundle cannot be
 // approved. Nothing is fixed up: a bundle that would need a workaround is blocked.
-func candidates(r *Report) []Candidate {
+func candidates(r *Report, opt Options) []Candidate {
 	usedNVMe := map[string]bool{}
 	usedVF := map[string]bool{}
 	out := []Candidate{}
@@ -22,8 +22,8 @@ func candidates(r *Report) []Candidate {
 		if g.NUMANode == nil {
 			block("GPU NUMA node unknown (numa_node -1): locality cannot be proven")
 		}
-		switch g.Driver {
-		case "vfio-pci", "none":
+		switch {
+		case g.Driver == "vfio-pci", g.Driver == "none", opt.VFIORebind:
 		default:
 			block("GPU bound to %s; slice passthrough needs vfio-pci (bind persistently, e.g. driverctl)", g.Driver)
 		}

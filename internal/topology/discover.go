@@ -32,7 +32,32 @@ const (
 	vendorMellanox = "0x15b3"
 )
 
+// The lab host's stand-ins (internal/labhost), recognised only with Options.LabStandIns:
+// QEMU's bochs-display stands in for a GPU, and a QEMU NVMe controller that offers SR-IOV
+// VFs (and holds no namespace) for the fabric NIC whose VFs slots get.
+const (
+	LabGPUStandIn    = "1234:1111"
+	LabFabricStandIn = "1b36:0010"
+	// LabStandInModel names a stand-in GPU in reports: never mistaken for a real one.
+	LabStandInModel = "lab stand-in (QEMU bochs-display), not a GPU"
+	// LabFabric is the fabric kind of a stand-in fabric device.
+	LabFabric = "lab-standin"
+)
+
+// Options change what Discover recognises.
+type Options struct {
+	// LabStandIns recognises the lab host's emulated devices as GPUs and fabric. Only a
+	// host enrolled as a lab host sets it, and the controller records such a host as
+	// simulated: its stand-ins are never sold as real capacity.
+	LabStandIns bool
+	// VFIORebind says hostd rebinds GPUs and VFs to vfio-pci itself when it provisions
+	// (GPUAAS_SLICE_RUNTIME_VFIO_BIND): a GPU on its native driver then does not block its
+	// candidate slot.
+	VFIORebind bool
+}
+
 type scanner struct {
+	opt  Options
 	fs   hostfs.FS
 	run  hostfs.Runner     // signature probes (wipefs, blkid)
 	ids  map[string]string // "10de:2335" -> model
@@ -77,8 +102,11 @@ func (s *scanner) driver(dir string) string {
 }
 
 // Discover reads the host through fs and builds the report with candidates.
-func Discover(fs hostfs.FS) (*Report, error) {
-	s := &scanner{fs: fs, run: hostfs.Exec{}, ids: loadPCIIDs(fs)}
+func Discover(fs hostfs.FS) (*Report, error) { return DiscoverWith(fs, Options{}) }
+
+// DiscoverWith is Discover with options.
+func DiscoverWith(fs hostfs.FS, opt Options) (*Report, error) {
+	s := &scanner{opt: opt, fs: fs, run: hostfs.Exec{}, ids: loadPCIIDs(fs)}
 	entries, err := fs.ReadDir(pciDevs)
 	if err != nil {
 		return nil, fmt.Errorf("topology: cannot read %s: %w", pciDevs, err)
@@ -93,7 +121,16 @@ func Discover(fs hostfs.FS) (*Report, error) {
 		}
 		dir := pciDevs + "/" + addr
 		vendor, class := s.read(dir+"/vendor"), s.read(dir+"/class")
+		id := strings.TrimPrefix(vendor, "0x") + ":" + strings.TrimPrefix(s.read(dir+"/device"), "0x")
 		switch {
+		case opt.LabStandIns && id == LabGPUStandIn:
+			r.GPUs = append(r.GPUs, s.gpu(addr, dir, vendor))
+		case opt.LabStandIns && id == LabFabricStandIn && s.fs.Exists(dir+"/physfn"):
+			vfOf[addr] = true
+		case opt.LabStandIns && id == LabFabricStandIn && s.read(dir+"/sriov_totalvfs") != "" && s.read(dir+"/sriov_totalvfs") != "0":
+			f := s.fabric(addr, dir)
+			f.Fabric = LabFabric
+			r.Fabric = append(r.Fabric, f)
 		case (vendor == vendorNVIDIA || vendor == vendorAMD) && (strings.HasPrefix(class, "0x0300") || strings.HasPrefix(class, "0x0302")):
 			r.GPUs = append(r.GPUs, s.gpu(addr, dir, vendor))
 		case vendor == vendorMellanox && s.fs.Exists(dir+"/physfn"):
@@ -108,7 +145,8 @@ func Discover(fs hostfs.FS) (*Report, error) {
 	r.NUMA = s.numaNodes()
 	r.Net = s.netdevs()
 	s.rdma(r.Fabric)
-	r.Candidates = candidates(r)
+	r.LabStandIns = opt.LabStandIns
+	r.Candidates = candidates(r, opt)
 	r.Warnings = s.warn
 	return r, nil
 }
@@ -134,6 +172,9 @@ func (s *scanner) gpu(addr, dir, vendor string) GPU {
 
 func (s *scanner) model(vendor, dev string) string {
 	key := strings.TrimPrefix(vendor, "0x") + ":" + strings.TrimPrefix(dev, "0x")
+	if s.opt.LabStandIns && key == LabGPUStandIn {
+		return LabStandInModel
+	}
 	if m, ok := s.ids[key]; ok {
 		return m
 	}

@@ -13,6 +13,9 @@ type Report struct {
 	Net        []NetDev    `json:"net"`
 	Candidates []Candidate `json:"candidates"`
 	Warnings   []string    `json:"warnings,omitempty"`
+	// LabStandIns: the report counts the lab host's emulated stand-ins as GPUs and fabric
+	// (Options.LabStandIns); the host is simulated.
+	LabStandIns bool `json:"lab_standins,omitempty"`
 }
 
 // GPU is an NVIDIA or AMD display/3D controller.
