@@ -23,7 +23,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz
+.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd lab-host bench soak lint completions deps clean fuzz
 
 all: build
 
@@ -94,6 +94,19 @@ lab-faults: deps
 	set -o pipefail; GPUAAS_LAB_FAULTS=1 LABFAULTS_OUT=$(CURDIR)/bin/lab-faults.jsonl LABFAULTS_TABLE=$(CURDIR)/bin/lab-faults.md \
 		$(GO) test -count=1 -timeout 90m -v -run 'TestLabFaults$$' ./internal/e2e 2>&1 | tee bin/lab-faults.log | \
 		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
+
+# lab-host runs hostd's production libvirt runtime on emulated hardware (root; docs/slice-
+# runtime.md "The lab host"): builds a Debian host image once (debootstrap, cached under
+# /var/cache/gpuaas/lab-host), boots it under QEMU with an IOMMU, NUMA expander buses, GPU
+# stand-ins, NVMe slot disks and an SR-IOV fabric stand-in, and drives discovery, approval,
+# provision, reconcile, release with an NVMe-native wipe and the failure paths from the
+# controller on this machine. Prints each step's timing; log in bin/lab-host.log.
+lab-host: deps
+	@mkdir -p bin/lab-host
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/lab-host/ ./cmd/gpuaas-hostd
+	set -o pipefail; GPUAAS_LAB_HOST=1 GPUAAS_LABHOST_HOSTD=$(CURDIR)/bin/lab-host/gpuaas-hostd \
+		$(GO) test -count=1 -timeout 150m -v -run 'TestLabHost$$' ./internal/e2e 2>&1 | tee bin/lab-host.log | \
+		grep -E 'lab host:|^\s*> (labhost|exec gpuaasctl (alloc|topology|nodes reconcile|slots approve))|\[[0-9.]+s\]$$|[a-z_]+ +(ok|failed|skipped) |^\s*--- |^(ok|FAIL)'
 
 # lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
 # VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:

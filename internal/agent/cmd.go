@@ -102,12 +102,13 @@ func newRunCmd(version string, stderr io.Writer, k Knobs) *cobra.Command {
 
 func newDiscoverCmd(stdout io.Writer) *cobra.Command {
 	var root, output string
+	var opt topology.Options
 	cmd := &cobra.Command{
 		Use:   "discover [--host-root DIR] [-o json|table]",
 		Short: "Discover GPUs, NVMe, fabric and candidate slot bundles locally (no controller needed)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			r, err := topology.Discover(hostfs.New(root))
+			r, err := topology.DiscoverWith(hostfs.New(root), opt)
 			if err != nil {
 				return err
 			}
@@ -125,6 +126,8 @@ func newDiscoverCmd(stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&root, "host-root", "/", "root of the host tree to read")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "json or table")
+	cmd.Flags().BoolVar(&opt.LabStandIns, "lab-host", false, "count the lab host VM's emulated stand-ins as GPUs and fabric (make lab-host)")
+	cmd.Flags().BoolVar(&opt.VFIORebind, "slice-runtime-vfio-bind", false, "a GPU on its native driver does not block its candidate (hostd rebinds it to vfio-pci)")
 	return cmd
 }
 

@@ -126,6 +126,12 @@ func labImage(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}()
 	ts.Defer(func() { _ = srv.Close() })
+	// The URL's host is how the image's consumer reaches this machine's loopback: itself, or
+	// 10.0.2.2 from inside the lab host VM ($LABIMAGE_HOST).
+	urlHost := l.Addr().String()
+	if h := ts.Getenv("LABIMAGE_HOST"); h != "" {
+		urlHost = h + ":" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	}
 	if len(args) == 4 && args[3] == "bad-digest" {
 		digest = strings.Repeat("0", 64)
 	}
@@ -142,7 +148,7 @@ digest_sha256: "%s"
 default_username: debian
 driver_strategy: none
 active: true
-`, args[0], desc, l.Addr(), filepath.Base(path), digest)
+`, args[0], desc, urlHost, filepath.Base(path), digest)
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(yaml), 0o644))
 }
 

@@ -111,6 +111,7 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"waitparked":       waitParked,
 			"recordoutcome":    recordOutcome,
 			"invariants":       checkInvariants,
+			"labhost":          labHost,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,
@@ -289,7 +290,13 @@ func waitNode(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: waitnode NAME [timeout]")
 	}
 	c := scriptClient(ts)
-	deadline := time.Now().Add(30 * time.Second)
+	wait := 30 * time.Second
+	if len(args) > 1 {
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		wait = d
+	}
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		n, err := c.GetNode(context.Background(), args[0])
 		if err == nil && n.LastHeartbeatAt != nil {

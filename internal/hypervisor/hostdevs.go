@@ -7,21 +7,29 @@ import (
 	"github.com/digitalocean/go-libvirt"
 )
 
-// PCIHostdevs reads the domain's live XML and lists its PCI hostdevs' source addresses.
-func (h *Libvirt) PCIHostdevs(name string) ([]string, error) {
-	var desc string
-	err := h.do(func(l *libvirt.Libvirt) error {
+// PCIHostdevs reads the domain's live and persistent XML and lists their PCI hostdevs'
+// source addresses.
+func (h *Libvirt) PCIHostdevs(name string) (live, config []string, err error) {
+	var liveXML, configXML string
+	err = h.do(func(l *libvirt.Libvirt) error {
 		d, err := h.lookup(l, name)
 		if err != nil {
 			return err
 		}
-		desc, err = l.DomainGetXMLDesc(d, 0)
+		if liveXML, err = l.DomainGetXMLDesc(d, 0); err != nil {
+			return err
+		}
+		configXML, err = l.DomainGetXMLDesc(d, libvirt.DomainXMLInactive)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("hypervisor: hostdevs of %s: %w", name, err)
+		return nil, nil, fmt.Errorf("hypervisor: hostdevs of %s: %w", name, err)
 	}
-	return ParsePCIHostdevs(desc)
+	if live, err = ParsePCIHostdevs(liveXML); err != nil {
+		return nil, nil, err
+	}
+	config, err = ParsePCIHostdevs(configXML)
+	return live, config, err
 }
 
 // ParsePCIHostdevs lists the source addresses of a domain XML's PCI hostdevs.

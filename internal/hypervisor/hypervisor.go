@@ -41,9 +41,9 @@ type Hypervisor interface {
 	Undefine(name string) error // with NVRAM
 	State(name string) (State, error)
 	List(prefix string) ([]string, error)
-	// PCIHostdevs lists the PCI addresses (0000:21:00.0) passed through to the domain as
-	// it runs now (its live definition).
-	PCIHostdevs(name string) ([]string, error)
+	// PCIHostdevs lists the PCI addresses (0000:21:00.0) passed through to the domain as it
+	// runs now (live) and in its persistent definition, which the next start uses (config).
+	PCIHostdevs(name string) (live, config []string, err error)
 	Close() error
 }
 

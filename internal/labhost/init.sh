@@ -13,7 +13,10 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mkdir -p /dev/hugepages
+mount -t hugetlbfs -o pagesize=1G hugetlbfs /dev/hugepages
 hostname gpuaas-labhost
+echo "127.0.1.1 gpuaas-labhost" >>/etc/hosts
 export PATH=/gpuaas/bin:/usr/sbin:/usr/bin:/sbin:/bin
 /lib/systemd/systemd-udevd --daemon
 udevadm trigger --action=add
@@ -34,15 +37,19 @@ for d in /sys/bus/pci/devices/*; do
 done
 mkdir -p /root/.ssh /run/sshd
 install -m 0600 /gpuaas/authorized_keys /root/.ssh/authorized_keys
-ssh-keygen -A
+ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key # RSA keys take long under emulation
 /usr/sbin/sshd
 mkdir -p /var/run/openvswitch
 /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor
 ovs-vsctl --may-exist add-br ovsbr0
 ip link set ovsbr0 up
+# What libvirt-daemon-system's maintainer scripts do on a full install: QEMU's user.
+getent group kvm >/dev/null || groupadd -r kvm
+getent group libvirt-qemu >/dev/null || groupadd -r libvirt-qemu
+getent passwd libvirt-qemu >/dev/null || useradd -r -g libvirt-qemu -G kvm -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
 mkdir -p /var/log/libvirt/qemu /var/lib/libvirt/qemu /run/libvirt
 virtlogd -d
-libvirtd -d
+LIBVIRT_LOG_OUTPUTS="3:file:/gpuaas/out/libvirtd.log" libvirtd -d
 for _ in $(seq 1 120); do virsh -c qemu:///system uri >/dev/null 2>&1 && break; sleep 1; done
 touch /gpuaas/out/ready
 set +x

@@ -35,10 +35,10 @@ type Layout struct {
 }
 
 // DefaultLayout is the lab host `make lab-host` boots: 2 NUMA nodes x (2 GPU stand-ins,
-// 2 NVMe slot disks, 1 fabric stand-in with 2 VFs), 2 vCPUs and 2 GiB per node, plus a GPU
+// 2 NVMe slot disks, 1 fabric stand-in with 2 VFs), 2 vCPUs and 3 GiB per node (1 GiB of it in a 1 GiB hugepage), plus a GPU
 // stand-in in a shared IOMMU group.
 func DefaultLayout() Layout {
-	return Layout{NUMANodes: 2, CPUsPerNode: 2, MemPerNodeMiB: 2048, GPUsPerNode: 2, DisksPerNode: 2, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
+	return Layout{NUMANodes: 2, CPUsPerNode: 2, MemPerNodeMiB: 3072, GPUsPerNode: 2, DisksPerNode: 2, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
 }
 
 // Validate refuses layouts QEMU or the slot model cannot express.
@@ -82,7 +82,10 @@ func (l Layout) Args(img Image, overlay, dir, share string, sshPort int, kvm boo
 		// remapping needs the split irqchip.
 		"-device", "intel-iommu,intremap=on,caching-mode=on",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt init=/sbin/gpuaas-labhost-init net.ifnames=0 panic=-1 nowatchdog rcupdate.rcu_cpu_stall_suppress=1 quiet",
+		// no_timer_check, nowatchdog and no RCU stall reports: a software-emulated CPU on a busy
+		// machine stalls for seconds, which the kernel would otherwise take for broken hardware.
+		"-append", "root=/dev/vda rw console=ttyS0 intel_iommu=on iommu=pt init=/sbin/gpuaas-labhost-init net.ifnames=0 panic=-1 " +
+			"nowatchdog no_timer_check rcupdate.rcu_cpu_stall_suppress=1 hugepagesz=1G hugepages=" + strconv.Itoa(l.NUMANodes) + " quiet",
 		"-drive", "if=none,id=root,format=qcow2,file=" + overlay,
 		"-device", "virtio-blk-pci,drive=root,bus=pcie.0",
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:22", sshPort),

@@ -218,3 +218,18 @@ func tail(p string, n int) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+//go:embed snapshot.sh
+var snapshotScript []byte
+
+// Snapshot packs what discovery reads from the host's kernel (sysfs, /dev/disk/by-id,
+// /proc/mounts) into dst (.tar.gz), in the tree layout discovery tests read.
+func (m *Machine) Snapshot(ctx context.Context, dst string) error {
+	if err := os.WriteFile(filepath.Join(m.Share, "snapshot.sh"), snapshotScript, 0o755); err != nil {
+		return err
+	}
+	if out, err := m.Exec(ctx, "bash /gpuaas/snapshot.sh /gpuaas/out/snapshot.tar.gz"); err != nil {
+		return fmt.Errorf("labhost: snapshot: %v: %s", err, out)
+	}
+	return copyFile(filepath.Join(m.Share, "out", "snapshot.tar.gz"), dst, 0o644)
+}

@@ -62,13 +62,17 @@ func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.Reconcile
 		}
 		// The devices the running domain really holds: a GPU or VF detached from it (by hand,
 		// or a hot-unplug after a device fault) is drift of its slot.
-		attached := map[string]bool{}
+		// A device gone from the persistent definition only would be gone after a restart.
+		attached, defined := map[string]bool{}, map[string]bool{}
 		hostdevsKnown := false
 		if !h.cfg.Lab && st == hypervisor.Running {
-			if addrs, err := h.cfg.Hypervisor.PCIHostdevs(name); err == nil {
+			if live, config, err := h.cfg.Hypervisor.PCIHostdevs(name); err == nil {
 				hostdevsKnown = true
-				for _, a := range addrs {
+				for _, a := range live {
 					attached[a] = true
+				}
+				for _, a := range config {
+					defined[a] = true
 				}
 			}
 		}
@@ -105,8 +109,12 @@ func (h *Host) Reconcile(ctx context.Context, p *task.Reconcile) (task.Reconcile
 					if d := h.cfg.FS.LinkBase("/sys/bus/pci/devices/" + addr + "/driver"); d != "vfio-pci" {
 						sd.Drift = append(sd.Drift, addr+" is on driver "+quoteOr(d, "none")+", not vfio-pci")
 					}
-					if hostdevsKnown && addr != "" && !attached[addr] {
+					switch {
+					case !hostdevsKnown || addr == "":
+					case !attached[addr]:
 						sd.Drift = append(sd.Drift, addr+" is not attached to domain "+name)
+					case !defined[addr]:
+						sd.Drift = append(sd.Drift, addr+" is attached to domain "+name+" but gone from its definition (a restart would lose it)")
 					}
 				}
 			}

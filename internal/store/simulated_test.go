@@ -131,3 +131,25 @@ func TestDatabaseRefusesSimulatedHostsWithoutTheSessionSetting(t *testing.T) {
 		t.Fatalf("candidates with simulated hosts allowed: %d, %v; want the 7 unclaimed slots", len(c), err)
 	}
 }
+
+// A lab host (hostd enrolled with --lab-host: emulated GPU and fabric stand-ins) is simulated
+// like a sim host: a heartbeat whose facts say lab_host marks the node, and a later heartbeat
+// without it does not clear the mark.
+func TestLabHostHeartbeatMarksTheNodeSimulated(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	n := addNode(t, st, "labhost-0", 91)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	for _, facts := range []string{`{"runtime": "libvirt", "lab_host": true}`, `{"runtime": "libvirt"}`} {
+		if _, err := conn.Exec(ctx, `UPDATE nodes SET agent_facts = $2::jsonb WHERE id = $1`, n.ID, facts); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := st.GetNode(ctx, n.ID); err != nil || !got.Simulated {
+			t.Fatalf("node after heartbeat %s: simulated=%v %v, want true", facts, got.Simulated, err)
+		}
+	}
+}

@@ -11,6 +11,10 @@ import (
 // saying none was found; the candidate slots with one blocking reason per line under them;
 // and a summary line of how many candidates are ready.
 func PrintTable(w io.Writer, r *Report) error {
+	if r.LabStandIns {
+		fmt.Fprintln(w, "simulated: lab host, its GPUs and fabric are emulated stand-ins (never sold as real capacity)")
+		fmt.Fprintln(w)
+	}
 	t := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	num := func(p *int) string {
 		if p == nil {
