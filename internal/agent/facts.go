@@ -87,7 +87,7 @@ func (a *Agent) firmwareEvidence() json.RawMessage {
 // prereqSummary is the heartbeat's prerequisite summary. The sim runtime needs none of the
 // host prerequisites, so they are reported but not required there.
 func (a *Agent) prereqSummary() json.RawMessage {
-	r := prereq.Run(a.host, prereq.Options{Bridge: a.cfg.Bridge, Lab: a.cfg.Runtime == "lab"})
+	r := prereq.Run(a.host, prereq.Options{Bridge: a.cfg.Bridge, Lab: a.cfg.Runtime == "lab", LabHost: a.cfg.LabHost})
 	sum := map[string]any{"ready": r.Ready || a.runtime.Name() == "sim", "required": a.runtime.Name() != "sim", "failed": r.Failed}
 	b, _ := json.Marshal(sum)
 	return b

@@ -231,7 +231,7 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		})
 	case *task.PrereqCheck:
 		err = rec.Run("prereq_check", func() error {
-			out = prereq.Run(a.host, prereq.Options{HugepagesGiB: p.HugepagesGiB, Bridge: p.Bridge})
+			out = prereq.Run(a.host, prereq.Options{HugepagesGiB: p.HugepagesGiB, Bridge: p.Bridge, LabHost: a.cfg.LabHost})
 			return nil
 		})
 	case *task.TopologyDiscover:

@@ -160,8 +160,8 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request, p Principa
 		delete(want, c.SlotIndex)
 		mem := 65536
 		fabric := c.Fabric
-		if fabric == "unknown" || fabric == "" {
-			fabric = "none"
+		if fabric == "unknown" || fabric == "" || fabric == topology.LabFabric {
+			fabric = "none" // a lab stand-in is no fabric; its VF still goes to the slot
 		}
 		specs[c.SlotIndex] = apiv1.SlotSpec{SlotIndex: c.SlotIndex, GPUModel: c.GPUModel, PCIAddress: c.GPUPCI, NVMeDevice: c.NVMeDevice,
 			NetworkFabric: fabric, FabricPCIAddress: c.FabricParentPCI, NUMANode: c.NUMANode, MemoryMiB: &mem,

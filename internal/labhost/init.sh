@@ -42,6 +42,7 @@ ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key # RSA keys take 
 mkdir -p /var/run/openvswitch
 /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor
 ovs-vsctl --may-exist add-br ovsbr0
+ip addr add 10.100.0.1/24 dev ovsbr0 # the slice network's router address, as the host bootstrap sets it
 ip link set ovsbr0 up
 # What libvirt-daemon-system's maintainer scripts do on a full install: QEMU's user.
 getent group kvm >/dev/null || groupadd -r kvm

@@ -130,7 +130,7 @@ func Boot(ctx context.Context, img Image, l Layout, o BootOptions) (*Machine, er
 // (stdout and stderr together).
 func (m *Machine) Exec(ctx context.Context, script string) ([]byte, error) {
 	args := []string{"-i", m.key, "-p", strconv.Itoa(m.SSHPort), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-		"-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "root@127.0.0.1", script}
+		"-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR", "root@127.0.0.1", "export PATH=/gpuaas/bin:$PATH; " + script}
 	var out bytes.Buffer
 	c := exec.CommandContext(ctx, "ssh", args...)
 	c.Stdout, c.Stderr = &out, &out
