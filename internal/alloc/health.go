@@ -1,0 +1,128 @@
+package alloc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/health"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// maxReason is the longest reason or report a caller may give (the database keeps 500).
+const maxReason = 500
+
+// checkReason refuses an empty, overlong or control-character reason.
+func checkReason(what, r string) error {
+	if strings.TrimSpace(r) == "" {
+		return invalid("%s must not be empty", what)
+	}
+	if len([]rune(r)) > maxReason {
+		return invalid("%s is at most %d characters", what, maxReason)
+	}
+	for _, c := range r {
+		if unicode.IsControl(c) {
+			return invalid("%s must be one line of printable text", what)
+		}
+	}
+	return nil
+}
+
+func checkReport(r string) error { return checkReason("report", r) }
+
+// reportSlots quarantines the slots an allocation holds on its tenant's report, in the
+// release's transaction (the claims are still live, so each event names the allocation).
+func reportSlots(ctx context.Context, tx *store.Tx, actor Actor, rec store.AllocationRecord, report string) error {
+	var slots []int
+	for _, c := range rec.Claims {
+		if c.SlotID == "" || c.Status == "released" || c.Status == "failed" || c.NodeID != rec.NodeID {
+			continue
+		}
+		if _, err := tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: c.SlotID, NodeID: c.NodeID, Source: "tenant-report",
+			Signal: "tenant:reported", Action: "quarantine", Reason: "reported by the tenant: " + report,
+			Evidence: map[string]any{"report": report, "allocation_id": rec.ID}, Actor: actor.Name}); err != nil {
+			return err
+		}
+		if c.SlotIndex != nil {
+			slots = append(slots, *c.SlotIndex)
+		}
+	}
+	return tx.Audit(ctx, actor.audit("allocation.report", "allocation", rec.ID, map[string]any{"report": report, "slots": slots}))
+}
+
+var signalSources = map[string]bool{"pcie": true, "nvme": true, "nvidia-smi": true, "kernel": true, "guest": true}
+
+// RecordSignals applies a node's readings through the policy table: each becomes a health
+// event with the action its rule names (ignored signals are dropped). A reading naming a slot
+// the node does not have, an unknown source or an unknown signal is refused, alone: the others
+// are still recorded. It returns what was recorded.
+func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1.HealthSignal) ([]apiv1.HealthEvent, []error) {
+	var out []apiv1.HealthEvent
+	var errs []error
+	for _, sg := range sigs {
+		rule, err := health.Decide(sg.Signal)
+		if err == nil && !signalSources[sg.Source] {
+			err = fmt.Errorf("unknown health source %q", sg.Source)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if rule.Action == health.Ignore {
+			continue
+		}
+		reason := rule.Name
+		if sg.Detail != "" {
+			reason += ": " + sg.Detail
+		}
+		ev := map[string]any{"rule_source": rule.Source, "policy_action": string(rule.Action)}
+		for k, v := range sg.Evidence {
+			ev[k] = v
+		}
+		err = s.st.InTx(ctx, func(tx *store.Tx) error {
+			slotID, err := tx.SlotID(ctx, nodeID, sg.SlotIndex)
+			if err != nil {
+				return err
+			}
+			e, err := tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: slotID, NodeID: nodeID, Source: sg.Source,
+				Signal: sg.Signal, Action: rule.Action.StoredAction(), Reason: reason, Evidence: ev, Actor: "hostd"})
+			if err == nil {
+				out = append(out, e)
+			}
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("slot %d %s: %w", sg.SlotIndex, sg.Signal, err))
+		}
+	}
+	return out, errs
+}
+
+// SetSlotHealth is an operator's quarantine (quarantine true) or clear of a node's slot, with
+// a reason, audited. The database refuses a clear without a passed validation since the
+// quarantine began.
+func (s *Service) SetSlotHealth(ctx context.Context, actor Actor, nodeID string, index int, quarantine bool, reason string) (apiv1.HealthEvent, error) {
+	if err := checkReason("reason", reason); err != nil {
+		return apiv1.HealthEvent{}, err
+	}
+	action, signal, auditAction := "clear", "operator:clear", "slot.health.clear"
+	if quarantine {
+		action, signal, auditAction = "quarantine", "operator:quarantine", "slot.health.quarantine"
+	}
+	var out apiv1.HealthEvent
+	err := s.st.InTx(ctx, func(tx *store.Tx) error {
+		slotID, err := tx.SlotID(ctx, nodeID, index)
+		if err != nil {
+			return err
+		}
+		if out, err = tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: slotID, NodeID: nodeID, Source: "operator",
+			Signal: signal, Action: action, Reason: reason, Actor: actor.Name}); err != nil {
+			return err
+		}
+		return tx.Audit(ctx, actor.audit(auditAction, "slot", slotID, map[string]any{"node_id": nodeID, "slot_index": index,
+			"reason": reason, "health_before": out.HealthBefore, "health_after": out.HealthAfter}))
+	})
+	return out, err
+}

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/health"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// maxHealthSignals bounds one report from a host.
+const maxHealthSignals = 256
+
+func (s *Server) fleetHealth(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	items, err := s.store.FleetHealth(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.NodeHealth]{Items: items})
+	return nil
+}
+
+func (s *Server) healthPolicy(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	var items []apiv1.HealthRule
+	for _, rule := range health.Table() {
+		items = append(items, apiv1.HealthRule{Signal: rule.Signal, Name: rule.Name, Action: string(rule.Action), Source: rule.Source})
+	}
+	writeJSON(w, http.StatusOK, apiv1.List[apiv1.HealthRule]{Items: items})
+	return nil
+}
+
+func (s *Server) slotHealth(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	idx, err := pathSlotIndex(r)
+	if err != nil {
+		return err
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.store.SlotHealth(r.Context(), id, idx, 50)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound(fmt.Sprintf("slot %d not found on node %s", idx, r.PathValue("id")))
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// setSlotHealth is POST .../quarantine (quarantine true) and .../clear: audited, with a reason.
+func (s *Server) setSlotHealth(quarantine bool) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
+		idx, err := pathSlotIndex(r)
+		if err != nil {
+			return err
+		}
+		var req apiv1.SlotHealthChange
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+		id, err := s.nodeID(r)
+		if err != nil {
+			return err
+		}
+		out, err := s.alloc.SetSlotHealth(r.Context(), actorOf(r, p), id, idx, quarantine, req.Reason)
+		if errors.Is(err, store.ErrNotFound) {
+			return errNotFound(fmt.Sprintf("slot %d not found on node %s", idx, r.PathValue("id")))
+		}
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
+}
+
+// agentHealth records a host's health readings through the policy table. Each reading stands
+// alone: one naming an unknown slot or signal is refused and listed, the others are recorded.
+func (s *Server) agentHealth(w http.ResponseWriter, r *http.Request, p Principal) error {
+	var req apiv1.HealthReport
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	if len(req.Signals) > maxHealthSignals {
+		return errInvalid("a health report holds at most %d signals", maxHealthSignals)
+	}
+	recorded, errs := s.alloc.RecordSignals(r.Context(), p.NodeID, req.Signals)
+	out := apiv1.HealthReportResult{Recorded: len(recorded)}
+	for _, e := range errs {
+		var dbe *store.DBError
+		if errors.As(e, &dbe) || errors.Is(e, store.ErrNotFound) {
+			out.Refused = append(out.Refused, "a reading names a slot or value the node does not have")
+			continue
+		}
+		out.Refused = append(out.Refused, e.Error())
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// releaseBody reads the optional body of a release: none, or {"report": "..."}.
+func releaseBody(w http.ResponseWriter, r *http.Request) (apiv1.ReleaseRequest, error) {
+	var req apiv1.ReleaseRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		return req, errInvalid("reading the request body: %v", err)
+	}
+	if len(body) == 0 {
+		return req, nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return req, errInvalid("Content-Type must be application/json")
+	}
+	return req, decodeBody(body, &req)
+}
