@@ -73,11 +73,13 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 		if rule.Action == health.Ignore {
 			continue
 		}
+		// The reason is the policy's words only: tenants see it on their allocation, and a
+		// host's detail (a kernel line, a PCI address) names the host's devices.
 		reason := rule.Name
-		if sg.Detail != "" {
-			reason += ": " + sg.Detail
-		}
 		ev := map[string]any{"rule_source": rule.Source, "policy_action": string(rule.Action)}
+		if sg.Detail != "" {
+			ev["detail"] = sg.Detail
+		}
 		for k, v := range sg.Evidence {
 			ev[k] = v
 		}

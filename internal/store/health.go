@@ -131,6 +131,15 @@ func healthEvents(ctx context.Context, q querier, where string, arg any, limit i
 		}
 		if admin {
 			e.NodeName, e.Evidence, e.Actor = node, evidence, actor
+			return nil
+		}
+		// An operator's and a validation's reasons are written for operators and may name
+		// hosts and devices: the tenant reads what happened, not why in their words.
+		switch e.Source {
+		case "operator":
+			e.Reason = "an operator changed the slot's health to " + e.HealthAfter
+		case "validation":
+			e.Reason = "a validation of the slot failed"
 		}
 		return nil
 	}, `SELECT e.id, e.at, n.name, s.slot_index, coalesce(e.allocation_id::text, ''), e.source, e.signal, e.action,

@@ -1,0 +1,236 @@
+package alloc_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+func slotOf(b *testBundle, node string, idx int) apiv1.Slot {
+	b.t.Helper()
+	for _, s := range b.slots(mustNode(b, node).ID) {
+		if s.SlotIndex == idx {
+			return s
+		}
+	}
+	b.t.Fatalf("no slot %d", idx)
+	return apiv1.Slot{}
+}
+
+func recordValidation(b *testBundle, node string, idx int, passed bool) {
+	b.t.Helper()
+	n := mustNode(b, node)
+	s := slotOf(b, node, idx)
+	b.tx(func(tx *store.Tx) error {
+		_, err := tx.RecordValidation(b.ctx, store.ValidationRecord{SlotID: s.ID, NodeID: n.ID, Level: "quick", Passed: passed,
+			Checks: []apiv1.ValidationCheck{{Name: "pcie", Passed: passed}}})
+		return err
+	})
+}
+
+// A host's Xid 79 on a slot of a live allocation: the tenant sees the event on its allocation
+// (which GPU of its allocation, what happened; no host or device names), the slot is
+// quarantined, comes back from release idle but out of sale, is not placed again, and returns
+// to sale only after a passed validation and an operator's clear.
+func TestHealthEventDuringLiveAllocationReachesTenantAndQuarantinesAtRelease(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1, withSlots(0, 1, 2))
+	a := b.mustCreate(2)
+	if err := b.svc.MarkProvisioning(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.svc.MarkActive(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	n1 := mustNode(b, "n1")
+	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, []apiv1.HealthSignal{
+		{SlotIndex: 1, Source: "kernel", Signal: "xid:79", Detail: "NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus",
+			Evidence: map[string]any{"pci_address": "0000:1b:00.0"}},
+		{SlotIndex: 0, Source: "kernel", Signal: "xid:43"}, // an application fault: ignored
+		{SlotIndex: 9, Source: "kernel", Signal: "xid:79"}, // no such slot: refused alone
+		{SlotIndex: 0, Source: "kernel", Signal: "xid:bogus"},
+	})
+	if len(recorded) != 1 || len(errs) != 2 {
+		t.Fatalf("recorded %+v, errors %v", recorded, errs)
+	}
+	got, err := b.svc.Get(b.ctx, b.tenant, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.HealthEvents) != 1 {
+		t.Fatalf("the tenant sees one health event, got %+v", got.HealthEvents)
+	}
+	ev := got.HealthEvents[0]
+	if ev.Signal != "xid:79" || ev.HealthAfter != "quarantined" || ev.SlotIndex == nil || *ev.SlotIndex != 1 ||
+		ev.NodeName != "" || ev.Evidence != nil || ev.Actor != "" {
+		t.Fatalf("tenant's event %+v", ev)
+	}
+	if strings.Contains(fmt.Sprint(got.HealthEvents), "n1") || strings.Contains(fmt.Sprint(got.HealthEvents), "0000:1b") {
+		t.Fatalf("the tenant's view names the host or device: %+v", got.HealthEvents)
+	}
+	if s := slotOf(b, "n1", 1); s.Health != "quarantined" || s.Status != "active" {
+		t.Fatalf("slot 1 = %s/%s", s.Status, s.Health)
+	}
+	if _, err := b.svc.Release(b.ctx, b.tenant, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
+	proofs := map[string]alloc.WipeProof{}
+	for _, c := range full.Claims {
+		proofs[c.SlotID] = b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify"})
+	}
+	if err := b.svc.CompleteRelease(b.ctx, a.ID, proofs); err != nil {
+		t.Fatal(err)
+	}
+	if s := slotOf(b, "n1", 1); s.Status != "available" || s.Health != "quarantined" {
+		t.Fatalf("after release slot 1 = %s/%s, want wiped but quarantined", s.Status, s.Health)
+	}
+	if s := slotOf(b, "n1", 0); s.Status != "available" || s.Health != "healthy" {
+		t.Fatalf("after release slot 0 = %s/%s, the healthy slot goes back on sale", s.Status, s.Health)
+	}
+	b.refreshCapacity()
+	if _, idx := b.placed(b.mustCreate(2)); len(idx) != 2 || idx[0] != 0 || idx[1] != 2 {
+		t.Fatalf("placed on slots %v, want the healthy slots 0 and 2", idx)
+	}
+	if _, err := b.create(b.tenant, "h200-sxm-slice", 1); err == nil {
+		t.Fatal("a request was placed on the quarantined slot")
+	}
+	if _, err := b.svc.SetSlotHealth(b.ctx, b.admin, n1.ID, 1, false, "replaced the riser"); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a clear without a passed validation must be refused, got %v", err)
+	}
+	recordValidation(b, "n1", 1, true)
+	if _, err := b.svc.SetSlotHealth(b.ctx, b.admin, n1.ID, 1, false, "replaced the riser"); err != nil {
+		t.Fatal(err)
+	}
+	if s := slotOf(b, "n1", 1); s.Health != "healthy" {
+		t.Fatalf("cleared slot = %s", s.Health)
+	}
+	b.refreshCapacity()
+	if _, idx := b.placed(b.mustCreate(1)); len(idx) != 1 || idx[0] != 1 {
+		t.Fatalf("the cleared slot is sold again; placed on %v", idx)
+	}
+	b.invariants()
+}
+
+// A tenant's report on release quarantines every slot the allocation holds, in the release's
+// transaction, audited; the tenant sees its report on the allocation. A bad report is refused
+// before anything is written.
+func TestReleaseWithReportHoldsSlotsForReview(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1, withSlots(0, 1, 2))
+	a := b.mustCreate(2)
+	if err := b.svc.MarkProvisioning(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.svc.MarkActive(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "  ", "line\nbreak", strings.Repeat("x", 501)} {
+		var ae *apiv1.Error
+		if _, err := b.svc.ReleaseWithReport(b.ctx, b.tenant, a.ID, bad); !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest {
+			t.Fatalf("report %q: want invalid_request, got %v", bad, err)
+		}
+	}
+	if got, _ := b.svc.Get(b.ctx, b.tenant, a.ID); got.Status != "active" {
+		t.Fatalf("a refused report released the allocation: %s", got.Status)
+	}
+	if _, err := b.svc.ReleaseWithReport(b.ctx, b.other, a.ID, "not mine"); err == nil {
+		t.Fatal("another tenant reported on an allocation it does not own")
+	}
+	rel, err := b.svc.ReleaseWithReport(b.ctx, b.tenant, a.ID, "GPU 1 Xid 79 during training")
+	if err != nil || rel.Status != "releasing" {
+		t.Fatalf("release with report: %s %v", rel.Status, err)
+	}
+	if len(rel.HealthEvents) != 2 || !strings.Contains(rel.HealthEvents[0].Reason, "GPU 1 Xid 79 during training") {
+		t.Fatalf("the tenant sees its report: %+v", rel.HealthEvents)
+	}
+	_, idx := b.placed(a)
+	quarantined := 0
+	for _, s := range b.slots(mustNode(b, "n1").ID) {
+		if s.Health == "quarantined" {
+			quarantined++
+			if s.SlotIndex != idx[0] && s.SlotIndex != idx[1] {
+				t.Fatalf("slot %d was not the allocation's but is quarantined", s.SlotIndex)
+			}
+		}
+	}
+	if quarantined != 2 {
+		t.Fatalf("%d slots quarantined, want the allocation's 2", quarantined)
+	}
+	if n, _ := b.st.GetNode(b.ctx, "n1"); !n.Draining {
+		t.Fatal("2 of 3 slots quarantined: the node must be drained")
+	}
+	entries, err := b.st.ListAudit(b.ctx, store.AuditFilter{Action: "allocation.report"})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("audit %v %v", entries, err)
+	}
+}
+
+// Concurrent creates while slots are quarantined one by one: no claim ever lands on a slot
+// after its quarantine. A claim on a quarantined slot is only ever one that was live when the
+// quarantine was recorded (the event names its allocation).
+func TestConcurrentCreatesNeverLandOnQuarantinedSlot(t *testing.T) {
+	b := setup(t)
+	for i := range 3 {
+		b.addNode(fmt.Sprintf("q%d", i), 60+i)
+	}
+	nodes := []apiv1.Node{mustNode(b, "q0"), mustNode(b, "q1"), mustNode(b, "q2")}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := range 12 {
+				a, err := b.create(b.tenant, "h200-sxm-slice", 1+(g+i)%2)
+				if err == nil && i%3 == 0 {
+					_, _ = b.svc.Release(b.ctx, b.tenant, a.ID) // requested: slots come straight back
+				}
+			}
+		}(g)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 12 {
+			n := nodes[i%3]
+			_, _ = b.svc.SetSlotHealth(b.ctx, b.admin, n.ID, i%8, true, fmt.Sprintf("quarantine %d", i))
+		}
+	}()
+	wg.Wait()
+	conn := connectTo(b)
+	var bad int
+	if err := conn.QueryRow(b.ctx, `SELECT count(*) FROM allocation_resource_claims c
+		JOIN node_resource_slots s ON s.id = c.slot_id AND s.health = 'quarantined'
+		JOIN LATERAL (SELECT e.allocation_id FROM slot_health_events e WHERE e.slot_id = s.id AND e.action = 'quarantine'
+		              ORDER BY e.id LIMIT 1) q ON true
+		WHERE q.allocation_id IS DISTINCT FROM c.allocation_id
+		  AND c.created_at >= (SELECT min(e.at) FROM slot_health_events e WHERE e.slot_id = s.id AND e.action = 'quarantine')`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d claims landed on slots after their quarantine", bad)
+	}
+	var quarantined int
+	if err := conn.QueryRow(b.ctx, `SELECT count(*) FROM node_resource_slots WHERE health = 'quarantined'`).Scan(&quarantined); err != nil || quarantined != 12 {
+		t.Fatalf("%d slots quarantined (%v), want 12", quarantined, err)
+	}
+	b.invariants()
+}
+
+func connectTo(b *testBundle) *pgx.Conn {
+	b.t.Helper()
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { conn.Close(b.ctx) })
+	return conn
+}
