@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -83,8 +84,24 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 		for k, v := range sg.Evidence {
 			ev[k] = v
 		}
+		name := sg.PCIAddress
+		if sg.SlotIndex != nil {
+			name = fmt.Sprintf("slot %d", *sg.SlotIndex)
+		}
 		err = s.st.InTx(ctx, func(tx *store.Tx) error {
-			slotID, err := tx.SlotID(ctx, nodeID, sg.SlotIndex)
+			var slotID string
+			var err error
+			switch {
+			case sg.SlotIndex != nil:
+				slotID, err = tx.SlotID(ctx, nodeID, *sg.SlotIndex)
+			case sg.PCIAddress != "":
+				slotID, _, err = tx.SlotByDevice(ctx, nodeID, health.NormalizePCI(sg.PCIAddress))
+			default:
+				return invalid("a reading names neither a slot nor a device")
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("no slot of this node holds it")
+			}
 			if err != nil {
 				return err
 			}
@@ -96,7 +113,7 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 			return err
 		})
 		if err != nil {
-			errs = append(errs, fmt.Errorf("slot %d %s: %w", sg.SlotIndex, sg.Signal, err))
+			errs = append(errs, fmt.Errorf("%s %s: %w", name, sg.Signal, err))
 		}
 	}
 	return out, errs

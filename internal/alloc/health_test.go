@@ -1,8 +1,11 @@
 package alloc_test
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +14,11 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/fixtures"
+	"github.com/gpuaas/gpuaas/internal/health"
+	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/topology/fixture"
 )
 
 func slotOf(b *testBundle, node string, idx int) apiv1.Slot {
@@ -52,11 +59,11 @@ func TestHealthEventDuringLiveAllocationReachesTenantAndQuarantinesAtRelease(t *
 	}
 	n1 := mustNode(b, "n1")
 	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, []apiv1.HealthSignal{
-		{SlotIndex: 1, Source: "kernel", Signal: "xid:79", Detail: "NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus",
+		{SlotIndex: ptr(1), Source: "kernel", Signal: "xid:79", Detail: "NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus",
 			Evidence: map[string]any{"pci_address": "0000:1b:00.0"}},
-		{SlotIndex: 0, Source: "kernel", Signal: "xid:43"}, // an application fault: ignored
-		{SlotIndex: 9, Source: "kernel", Signal: "xid:79"}, // no such slot: refused alone
-		{SlotIndex: 0, Source: "kernel", Signal: "xid:bogus"},
+		{SlotIndex: ptr(0), Source: "kernel", Signal: "xid:43"}, // an application fault: ignored
+		{SlotIndex: ptr(9), Source: "kernel", Signal: "xid:79"}, // no such slot: refused alone
+		{SlotIndex: ptr(0), Source: "kernel", Signal: "xid:bogus"},
 	})
 	if len(recorded) != 1 || len(errs) != 2 {
 		t.Fatalf("recorded %+v, errors %v", recorded, errs)
@@ -233,4 +240,62 @@ func connectTo(b *testBundle) *pgx.Conn {
 	}
 	b.t.Cleanup(func() { conn.Close(b.ctx) })
 	return conn
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// signalsOf turns a host scan's findings into the readings hostd sends.
+func signalsOf(fs []health.Finding) []apiv1.HealthSignal {
+	var out []apiv1.HealthSignal
+	for _, f := range fs {
+		out = append(out, apiv1.HealthSignal{PCIAddress: f.PCIAddress, Source: f.Source, Signal: f.Signal, Detail: f.Detail, Evidence: f.Evidence})
+	}
+	return out
+}
+
+// A generated 8x H200 host tree with slot 2's GPU link at x8 of x16 and slot 5's GPU reading
+// 0xffff: a scan degrades slot 2 and quarantines slot 5, and no other slot. AER non-fatal
+// errors rising on slot 6's fabric VF between two scans degrade slot 6 alone; a scan that
+// finds nothing new reports nothing (a lasting condition is reported once).
+func TestHostTreeScanMarksOnlyTheFailingSlots(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1)
+	n1 := mustNode(b, "n1")
+	root := t.TempDir()
+	spec := fixture.H200()
+	spec.GPUs[2].LinkWidth = 8
+	spec.GPUs[5].Gone = true
+	if err := fixture.Write(root, spec); err != nil {
+		t.Fatal(err)
+	}
+	sc := &health.Scanner{FS: hostfs.New(root)}
+	defer sc.Close()
+	first := sc.Scan(b.ctx)
+	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, signalsOf(first))
+	if len(errs) != 0 || len(recorded) != 2 {
+		t.Fatalf("first scan %+v: recorded %d, errors %v", first, len(recorded), errs)
+	}
+	want := map[int]string{2: "degraded", 5: "quarantined"}
+	for _, s := range b.slots(n1.ID) {
+		if w := cmp.Or(want[s.SlotIndex], "healthy"); s.Health != w {
+			t.Fatalf("slot %d is %s, want %s", s.SlotIndex, s.Health, w)
+		}
+	}
+	if again := sc.Scan(b.ctx); len(again) != 0 {
+		t.Fatalf("nothing changed, yet the scan reports %+v", again)
+	}
+	vf := filepath.Join(root, "sys/devices/pci0000:00", fixtures.H200Fabric[6][:len(fixtures.H200Fabric[6])-1]+"2")
+	if err := os.WriteFile(filepath.Join(vf, "aer_dev_nonfatal"), []byte(fixture.AERFile("NONFATAL", 3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rising := sc.Scan(b.ctx)
+	if recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, signalsOf(rising)); len(errs) != 0 || len(recorded) != 1 {
+		t.Fatalf("AER scan %+v: recorded %d, errors %v", rising, len(recorded), errs)
+	}
+	want[6] = "degraded"
+	for _, s := range b.slots(n1.ID) {
+		if w := cmp.Or(want[s.SlotIndex], "healthy"); s.Health != w {
+			t.Fatalf("after AER: slot %d is %s, want %s", s.SlotIndex, s.Health, w)
+		}
+	}
 }

@@ -92,12 +92,15 @@ type ReleaseRequest struct {
 
 // HealthSignal is one health reading a host sends about one of its slots (POST
 // /agent/health): the source that read it, the policy table's signal key, and what was seen.
+// A reading about a device no slot holds is refused (and listed as refused).
 type HealthSignal struct {
-	SlotIndex int            `json:"slot_index"`
-	Source    string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
-	Signal    string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
-	Detail    string         `json:"detail,omitempty"`
-	Evidence  map[string]any `json:"evidence,omitempty"`
+	// The slot, named by index, or by a device of it: its GPU's or fabric VF's PCI address.
+	SlotIndex  *int           `json:"slot_index,omitempty"`
+	PCIAddress string         `json:"pci_address,omitempty"`
+	Source     string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
+	Signal     string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
+	Detail     string         `json:"detail,omitempty"`
+	Evidence   map[string]any `json:"evidence,omitempty"`
 }
 
 // HealthReport is the body of POST /agent/health.

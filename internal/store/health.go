@@ -53,6 +53,17 @@ func (t *Tx) RecordHealthEvent(ctx context.Context, ev HealthEventRecord) (apiv1
 	return evs[0], nil
 }
 
+// SlotByDevice returns the id and index of the node's slot whose GPU or fabric VF is the PCI
+// function addr (lower case, as sysfs writes it).
+func (t *Tx) SlotByDevice(ctx context.Context, nodeID, addr string) (string, int, error) {
+	var id string
+	var idx int
+	err := t.tx.QueryRow(ctx, `SELECT id::text, slot_index FROM node_resource_slots
+		WHERE node_id = $1 AND (lower(pci_address) = $2 OR lower(capacity_metadata->>'fabric_vf_pci_address') = $2)
+		ORDER BY status = 'disabled', slot_index LIMIT 1`, nodeID, addr).Scan(&id, &idx)
+	return id, idx, translate(err)
+}
+
 // SlotID returns the id of a node's slot by index.
 func (t *Tx) SlotID(ctx context.Context, nodeID string, index int) (string, error) {
 	var id string
