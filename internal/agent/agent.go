@@ -118,6 +118,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	go a.heartbeatLoop(ctx)
+	if a.cfg.HealthInterval > 0 {
+		go a.healthLoop(ctx)
+	}
 	senderDone := make(chan struct{})
 	go func() { a.sendLoop(bg); close(senderDone) }()
 	a.kickSender()

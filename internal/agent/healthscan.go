@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/health"
+	"github.com/gpuaas/gpuaas/internal/hostfs"
+)
+
+// healthLoop reads the host's device health every HealthInterval and sends what changed to the
+// controller, which maps each reading to its slot and applies the policy table. nvidia-smi is
+// asked only on the libvirt runtime (a real host); the sim and lab runtimes have no GPU.
+func (a *Agent) healthLoop(ctx context.Context) {
+	sc := &health.Scanner{FS: a.host}
+	if a.runtime.Name() == "libvirt" {
+		sc.Run = hostfs.Exec{}
+	}
+	defer sc.Close()
+	t := time.NewTicker(a.cfg.HealthInterval)
+	defer t.Stop()
+	var pending []health.Finding // not yet delivered: sent again with the next scan's
+	for {
+		pending = append(pending, sc.Scan(ctx)...)
+		if len(pending) > maxPendingHealth {
+			pending = pending[len(pending)-maxPendingHealth:]
+		}
+		if len(pending) > 0 && a.sendHealth(ctx, pending) {
+			pending = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// maxPendingHealth bounds the findings kept while the controller cannot be reached (the
+// controller takes 256 a report).
+const maxPendingHealth = 256
+
+// sendHealth posts findings and reports whether the controller answered. A reading it refused
+// (a device no slot holds) is logged by the controller's answer, not sent again.
+func (a *Agent) sendHealth(ctx context.Context, fs []health.Finding) bool {
+	rep := apiv1.HealthReport{}
+	for _, f := range fs {
+		rep.Signals = append(rep.Signals, apiv1.HealthSignal{PCIAddress: f.PCIAddress, Source: f.Source, Signal: f.Signal,
+			Detail: f.Detail, Evidence: f.Evidence})
+	}
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, data, err := a.do(hctx, "POST", "/api/v1/agent/health", rep)
+	if err != nil {
+		a.log.Warn("health report not delivered; kept for the next scan", "signals", len(fs), "err", err)
+		return false
+	}
+	if resp.StatusCode >= 500 {
+		a.log.Warn("health report not taken; kept for the next scan", "err", apiError(resp, data))
+		return false
+	}
+	if resp.StatusCode >= 300 {
+		a.log.Warn("health report refused", "err", apiError(resp, data))
+		return true
+	}
+	a.log.Info("health report sent", "signals", len(fs), "answer", string(data))
+	return true
+}
