@@ -1,11 +1,15 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/health"
@@ -118,4 +122,34 @@ func releaseBody(w http.ResponseWriter, r *http.Request) (apiv1.ReleaseRequest, 
 		return req, errInvalid("Content-Type must be application/json")
 	}
 	return req, decodeBody(body, &req)
+}
+
+// quarantinedSlots is the gpuaas_slots_quarantined gauge, read from the database at each
+// scrape (a short query over the slots; the database is the only truth, so every replica
+// reports the same numbers). A node without quarantined slots has no series; sum() over it is
+// the fleet's total.
+type quarantinedSlots struct {
+	st   *store.Store
+	desc *prometheus.Desc
+}
+
+func newQuarantinedSlots(st *store.Store) *quarantinedSlots {
+	return &quarantinedSlots{st: st, desc: prometheus.NewDesc("gpuaas_slots_quarantined",
+		"Slots quarantined (never placed until an operator clears them after a passed validation), by node and slice SKU.",
+		[]string{"node", "sku"}, nil)}
+}
+
+func (q *quarantinedSlots) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
+
+func (q *quarantinedSlots) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, err := q.st.QuarantinedSlots(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(q.desc, err)
+		return
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(q.desc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
 }

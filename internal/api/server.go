@@ -106,6 +106,9 @@ func New(opts Options) *Server {
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"route"})
 	s.reg.MustRegister(s.requests, s.latency)
+	if s.store != nil {
+		s.reg.MustRegister(newQuarantinedSlots(s.store))
+	}
 	if s.alloc != nil {
 		s.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_windows_total",
