@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -66,4 +68,23 @@ func (a *Agent) sendHealth(ctx context.Context, fs []health.Finding) bool {
 	}
 	a.log.Info("health report sent", "signals", len(fs), "answer", string(data))
 	return true
+}
+
+// deviceReset resets one PCI function through its sysfs "reset" attribute, on the libvirt
+// runtime (a real host, the function idle on vfio-pci); the sim and lab runtimes have no
+// device to reset and return nil, so validation says the reset was simulated.
+func (a *Agent) deviceReset() func(addr string) error {
+	if a.runtime.Name() != "libvirt" {
+		return nil
+	}
+	return func(addr string) error {
+		p, err := a.host.Path("/sys/bus/pci/devices/" + addr + "/reset")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+			return fmt.Errorf("reset %s: %w", addr, err)
+		}
+		return nil
+	}
 }

@@ -145,3 +145,28 @@ func (s *Service) SetSlotHealth(ctx context.Context, actor Actor, nodeID string,
 	})
 	return out, err
 }
+
+// PendingValidation is the signal of the quarantine that holds a slot between its release and
+// its SKU's validation (docs/health.md): a passed validation lifts it by itself.
+const PendingValidation = "validation:pending"
+
+// RecordValidation stores a validation run on a slot (the host's slot.validate result). A
+// failed run quarantines the slot (the database does it); a passed one lifts a quarantine
+// that was only waiting for it. Any other quarantine stays for an operator to clear.
+func (s *Service) RecordValidation(ctx context.Context, v store.ValidationRecord) error {
+	return s.st.InTx(ctx, func(tx *store.Tx) error {
+		if _, err := tx.RecordValidation(ctx, v); err != nil {
+			return err
+		}
+		if !v.Passed {
+			return nil
+		}
+		sig, err := tx.QuarantineSignal(ctx, v.SlotID)
+		if err != nil || sig != PendingValidation {
+			return err
+		}
+		_, err = tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: v.SlotID, NodeID: v.NodeID, Source: "validation",
+			Signal: "validation:passed", Action: "clear", Reason: v.Level + " validation passed: " + v.Summary, Actor: "validation"})
+		return err
+	})
+}

@@ -117,9 +117,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 		// reaching it is what the matrix checks.
 		"POST /api/v1/admin/nodes/{id}/slots/{index}/clear": {path: "/api/v1/admin/nodes/" + z + "/slots/5/clear", who: accAdmin,
 			body: apiv1.SlotHealthChange{Reason: "matrix"}},
-		"GET /api/v1/admin/health":        {path: "/api/v1/admin/health", who: accAdmin, ok: 200},
-		"GET /api/v1/admin/health/policy": {path: "/api/v1/admin/health/policy", who: accAdmin, ok: 200},
-		"GET /api/v1/admin/skus":          {path: "/api/v1/admin/skus", who: accAdmin, ok: 200},
+		"POST /api/v1/admin/nodes/{id}/slots/{index}/validate": {path: "/api/v1/admin/nodes/" + z + "/slots/4/validate", who: accAdmin, ok: 202},
+		"GET /api/v1/admin/health":                             {path: "/api/v1/admin/health", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/health/policy":                      {path: "/api/v1/admin/health/policy", who: accAdmin, ok: 200},
+		"GET /api/v1/admin/skus":                               {path: "/api/v1/admin/skus", who: accAdmin, ok: 200},
 		"POST /api/v1/admin/skus": {path: "/api/v1/admin/skus", who: accAdmin, ok: 201, body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA",
 			DisplayName: "B200 node", CapacityShape: "baremetal", GPUsTotal: 8, AllowedGPUCounts: []int{8}}},
 		"PATCH /api/v1/admin/skus/{sku}":                         {path: "/api/v1/admin/skus/h200-sxm-slice", who: accAdmin, body: apiv1.SKUPatch{DisplayName: refTo("H200 slice")}, ok: 200},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/health"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // maxHealthSignals bounds one report from a host.
@@ -124,10 +126,10 @@ func releaseBody(w http.ResponseWriter, r *http.Request) (apiv1.ReleaseRequest, 
 	return req, decodeBody(body, &req)
 }
 
-// quarantinedSlots is the gpuaas_slots_quarantined gauge, read from the database at each
-// scrape (a short query over the slots; the database is the only truth, so every replica
-// reports the same numbers). A node without quarantined slots has no series; sum() over it is
-// the fleet's total.
+// quarantinedSlots is the gpuaas_slots_quarantined gauge by slice SKU, read from the database
+// at each scrape (the database is the only truth, so every replica reports the same numbers).
+// It has no node label: /metrics is public, and host names are not (`gpuaasctl health` and
+// GET /admin/health give the per-node numbers). A SKU without quarantined slots has no series.
 type quarantinedSlots struct {
 	st   *store.Store
 	desc *prometheus.Desc
@@ -135,8 +137,8 @@ type quarantinedSlots struct {
 
 func newQuarantinedSlots(st *store.Store) *quarantinedSlots {
 	return &quarantinedSlots{st: st, desc: prometheus.NewDesc("gpuaas_slots_quarantined",
-		"Slots quarantined (never placed until an operator clears them after a passed validation), by node and slice SKU.",
-		[]string{"node", "sku"}, nil)}
+		"Slots quarantined (never placed until an operator clears them after a passed validation), by slice SKU.",
+		[]string{"sku"}, nil)}
 }
 
 func (q *quarantinedSlots) Describe(ch chan<- *prometheus.Desc) { ch <- q.desc }
@@ -149,7 +151,61 @@ func (q *quarantinedSlots) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(q.desc, err)
 		return
 	}
+	bySKU := map[string]int{}
 	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(q.desc, prometheus.GaugeValue, float64(n), k[0], k[1])
+		bySKU[k[1]] += n
 	}
+	for sku, n := range bySKU {
+		ch <- prometheus.MustNewConstMetric(q.desc, prometheus.GaugeValue, float64(n), sku)
+	}
+}
+
+// validateSlot queues a signed slot.validate on the slot's host (the quick checks of
+// docs/health.md); its result is recorded on the slot, and a passed one is what a clear of a
+// quarantine needs. A slot a live allocation holds is refused: the reset would hit the
+// tenant's VM.
+func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principal) error {
+	idx, err := pathSlotIndex(r)
+	if err != nil {
+		return err
+	}
+	id, err := s.nodeID(r)
+	if err != nil {
+		return err
+	}
+	slots, err := s.store.ListSlots(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	var slot *apiv1.Slot
+	for i := range slots {
+		if slots[i].SlotIndex == idx {
+			slot = &slots[i]
+		}
+	}
+	if slot == nil {
+		return errNotFound(fmt.Sprintf("no slot %d on this node", idx))
+	}
+	if slot.AllocationID != "" {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d is held by a live allocation; validate it after release", idx), nil)
+	}
+	if s.dispatch == nil {
+		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
+	}
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeSlotValidate, validateTask(slot), 30*time.Minute,
+		audit(r, p, "slot.validate_requested", "slot", slot.ID, map[string]any{"node_id": id, "slot_index": idx, "level": "quick"}))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
+	return nil
+}
+
+// validateTask is the quick validation of a slot's GPU and fabric VF.
+func validateTask(slot *apiv1.Slot) task.SlotValidate {
+	var md struct {
+		VF string `json:"fabric_vf_pci_address"`
+	}
+	_ = json.Unmarshal(slot.CapacityMetadata, &md)
+	return task.SlotValidate{SlotID: slot.ID, Level: "quick", GPUPCI: slot.PCIAddress, FabricVF: md.VF}
 }

@@ -250,6 +250,7 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/admin/nodes/{id}/slots/{index}/health", adminOnly, s.slotHealth, "A slot's health, history and validations", nil, apiv1.SlotHealth{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/quarantine", adminOnly, s.setSlotHealth(true), "Quarantine a slot (never placed until cleared)", apiv1.SlotHealthChange{}, apiv1.HealthEvent{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/clear", adminOnly, s.setSlotHealth(false), "Clear a slot's health (a quarantine needs a passed validation since it began)", apiv1.SlotHealthChange{}, apiv1.HealthEvent{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/validate", adminOnly, s.validateSlot, "Queue a signed slot.validate (quick checks) on an idle slot", nil, map[string]string{}, 202},
 		{"GET", "/api/v1/admin/health", adminOnly, s.fleetHealth, "Fleet health by node, worst first", nil, apiv1.List[apiv1.NodeHealth]{}, 200},
 		{"GET", "/api/v1/admin/health/policy", adminOnly, s.healthPolicy, "The signal -> action policy table with sources", nil, apiv1.List[apiv1.HealthRule]{}, 200},
 		{"GET", "/api/v1/admin/skus", adminOnly, s.listSKUs, "List all SKUs", nil, apiv1.List[apiv1.SKU]{}, 200},

@@ -656,6 +656,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 	if tr.Type == string(task.TypeWipeVerify) {
 		return d.applyRepair(ctx, tr)
 	}
+	if tr.Type == string(task.TypeSlotValidate) {
+		return d.applyValidation(ctx, tr)
+	}
 	if tr.Type == string(task.TypeReconcile) && tr.Status == "succeeded" {
 		return d.applyReconcile(ctx, tr)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
@@ -210,4 +211,18 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string(r[:n])
+}
+
+// QuarantineSignal returns the signal of the event that put a quarantined slot in quarantine
+// ("" when the slot is not quarantined).
+func (t *Tx) QuarantineSignal(ctx context.Context, slotID string) (string, error) {
+	var sig string
+	err := t.tx.QueryRow(ctx, `SELECT coalesce((SELECT e.signal FROM slot_health_events e
+			WHERE e.slot_id = s.id AND e.health_after = 'quarantined' AND e.health_before <> 'quarantined'
+			ORDER BY e.id DESC LIMIT 1), '')
+		FROM node_resource_slots s WHERE s.id = $1 AND s.health = 'quarantined'`, slotID).Scan(&sig)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return sig, translate(err)
 }
