@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
