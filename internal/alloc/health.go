@@ -170,3 +170,20 @@ func (s *Service) RecordValidation(ctx context.Context, v store.ValidationRecord
 		return err
 	})
 }
+
+// holdForValidation quarantines a slot that has just been wiped, in the same transaction, when
+// its SKU's policy asks for a validation before it is sold again; the dispatcher then queues
+// the validation, and a passed one lifts the hold (RecordValidation). A slot already
+// quarantined for a fault stays as it is: its clear is an operator's.
+func holdForValidation(ctx context.Context, tx *store.Tx, slotID string) error {
+	policy, err := tx.SlotValidationPolicy(ctx, slotID)
+	if err != nil || policy == "none" {
+		return err
+	}
+	if sig, err := tx.QuarantineSignal(ctx, slotID); err != nil || sig != "" {
+		return err
+	}
+	_, err = tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: slotID, Source: "validation", Signal: PendingValidation,
+		Action: "quarantine", Reason: "held for its " + policy + " validation after the wipe", Actor: "controller"})
+	return err
+}

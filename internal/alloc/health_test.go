@@ -299,3 +299,83 @@ func TestHostTreeScanMarksOnlyTheFailingSlots(t *testing.T) {
 		}
 	}
 }
+
+// A SKU with validation policy quick: a slot wiped at release is held (quarantined, pending
+// its validation) in the release's own transaction, so it is never on sale unvalidated; the
+// hold counts toward no drain and is not shown to the tenant; a passed validation lifts it,
+// a failed one keeps the slot quarantined for an operator, and a passed validation does not
+// lift a quarantine for a fault.
+func TestQuickValidationPolicyHoldsSlotsUntilValidated(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1, withSlots(0, 1, 2))
+	quick := "quick"
+	b.tx(func(tx *store.Tx) error {
+		_, err := tx.PatchSKU(b.ctx, "h200-sxm-slice", apiv1.SKUPatch{ValidationPolicy: &quick})
+		return err
+	})
+	a := b.mustCreate(2)
+	if err := b.svc.MarkProvisioning(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.svc.MarkActive(b.ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Release(b.ctx, b.tenant, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
+	proofs := map[string]alloc.WipeProof{}
+	for _, c := range full.Claims {
+		proofs[c.SlotID] = b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify"})
+	}
+	if err := b.svc.CompleteRelease(b.ctx, a.ID, proofs); err != nil {
+		t.Fatal(err)
+	}
+	if _, idx := b.placed(a); len(idx) != 2 || idx[0] != 0 || idx[1] != 1 {
+		t.Fatalf("placed on %v, want slots 0 and 1", idx)
+	}
+	for _, i := range []int{0, 1} {
+		if s := slotOf(b, "n1", i); s.Status != "available" || s.Health != "quarantined" {
+			t.Fatalf("slot %d after release = %s/%s, want wiped and held", i, s.Status, s.Health)
+		}
+	}
+	if n, _ := b.st.GetNode(b.ctx, "n1"); n.Draining {
+		t.Fatal("slots held for validation drained the node")
+	}
+	if got, _ := b.svc.Get(b.ctx, b.tenant, a.ID); len(got.HealthEvents) != 0 {
+		t.Fatalf("the tenant sees the platform's validation hold: %+v", got.HealthEvents)
+	}
+	pending, err := b.st.PendingValidations(b.ctx, mustNode(b, "n1").ID)
+	if err != nil || len(pending) != 2 {
+		t.Fatalf("pending validations %d %v", len(pending), err)
+	}
+	b.refreshCapacity()
+	if _, err := b.create(b.tenant, "h200-sxm-slice", 2); err == nil {
+		t.Fatal("slots awaiting validation were placed")
+	}
+	n1 := mustNode(b, "n1")
+	record := func(idx int, passed bool) {
+		t.Helper()
+		s := slotOf(b, "n1", idx)
+		if err := b.svc.RecordValidation(b.ctx, store.ValidationRecord{SlotID: s.ID, NodeID: n1.ID, Level: "quick", Passed: passed,
+			Checks: []apiv1.ValidationCheck{{Name: "pcie", Passed: passed}}, Summary: "pcie"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(0, true)
+	record(1, false)
+	if s := slotOf(b, "n1", 0); s.Health != "healthy" {
+		t.Fatalf("slot 0 after a passed validation = %s", s.Health)
+	}
+	if s := slotOf(b, "n1", 1); s.Health != "quarantined" || !strings.Contains(s.HealthReason, "validation failed") {
+		t.Fatalf("slot 1 after a failed validation = %s (%s)", s.Health, s.HealthReason)
+	}
+	record(1, true) // a later pass does not lift a quarantine for a failed validation
+	if s := slotOf(b, "n1", 1); s.Health != "quarantined" {
+		t.Fatalf("slot 1 = %s: a fault's quarantine is an operator's to clear", s.Health)
+	}
+	b.refreshCapacity()
+	if _, idx := b.placed(b.mustCreate(2)); len(idx) != 2 || idx[0] != 0 || idx[1] != 2 {
+		t.Fatalf("placed on %v, want the validated slot 0 and the untouched slot 2", idx)
+	}
+}

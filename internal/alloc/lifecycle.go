@@ -486,7 +486,10 @@ func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p
 		return err
 	}
 	if verified {
-		return tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil)
+		if err := tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil); err != nil {
+			return err
+		}
+		return holdForValidation(ctx, tx, slotID)
 	}
 	if p.Error != "" {
 		blocked += ": " + p.Error

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/dispatch"
 	"github.com/gpuaas/gpuaas/internal/health"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -192,7 +192,7 @@ func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principa
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeSlotValidate, validateTask(slot), 30*time.Minute,
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeSlotValidate, dispatch.ValidatePayload(slot), 30*time.Minute,
 		audit(r, p, "slot.validate_requested", "slot", slot.ID, map[string]any{"node_id": id, "slot_index": idx, "level": "quick"}))
 	if err != nil {
 		return err
@@ -201,11 +201,3 @@ func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principa
 	return nil
 }
 
-// validateTask is the quick validation of a slot's GPU and fabric VF.
-func validateTask(slot *apiv1.Slot) task.SlotValidate {
-	var md struct {
-		VF string `json:"fabric_vf_pci_address"`
-	}
-	_ = json.Unmarshal(slot.CapacityMetadata, &md)
-	return task.SlotValidate{SlotID: slot.ID, Level: "quick", GPUPCI: slot.PCIAddress, FabricVF: md.VF}
-}

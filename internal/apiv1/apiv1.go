@@ -60,9 +60,12 @@ type SKU struct {
 	NetworkFabric       string          `json:"network_fabric"`
 	ExclusiveNode       bool            `json:"exclusive_node"`
 	ResourceProfile     json.RawMessage `json:"resource_profile"`
-	Active              bool            `json:"active"`
-	CreatedAt           time.Time       `json:"created_at"`
-	UpdatedAt           time.Time       `json:"updated_at"`
+	// ValidationPolicy is what runs on a slot of this SKU after its wipe and before it is sold
+	// again: none, quick (docs/health.md). burn-in is reserved.
+	ValidationPolicy string    `json:"validation_policy,omitempty"`
+	Active           bool      `json:"active"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
 }
 
 // SKUPatch updates mutable SKU fields; nil fields are left as they are.
@@ -71,6 +74,7 @@ type SKUPatch struct {
 	AllowedGPUCounts    []int            `json:"allowed_gpu_counts,omitempty"`
 	GPUHourlyPriceMinor *int64           `json:"gpu_hourly_price_minor,omitempty"`
 	ResourceProfile     *json.RawMessage `json:"resource_profile,omitempty"`
+	ValidationPolicy    *string          `json:"validation_policy,omitempty"`
 	Active              *bool            `json:"active,omitempty"`
 }
 

@@ -706,6 +706,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 			// return only with proof.
 			err = d.alloc.CleanupFailed(ctx, tr.AllocationID, proofs)
 		}
+		if err == nil {
+			err = d.queueValidations(ctx, tr.NodeID)
+		}
 		if err == nil && len(out.Wiped) > 0 {
 			err = d.st.InTx(ctx, func(tx *store.Tx) error {
 				return tx.Audit(ctx, store.AuditRecord{Actor: "node:" + tr.NodeID, ActorRole: "node", Action: "slot.wipe",
@@ -879,6 +882,9 @@ func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error
 		proof.Error = tr.Error
 	}
 	err := d.alloc.RepairSlot(ctx, p.SlotID, proof)
+	if err == nil {
+		err = d.queueValidations(ctx, tr.NodeID)
+	}
 	if isConflict(err) {
 		d.log.Warn("wipe result for a slot not awaiting repair", "slot", p.SlotID, "err", err)
 		return nil

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/health"
@@ -38,3 +39,38 @@ func (d *Dispatcher) applyValidation(ctx context.Context, tr store.TaskRecord) e
 				"summary": v.Summary}})
 	})
 }
+
+// queueValidations queues a slot.validate for each slot of the node held for its SKU's
+// validation after a wipe that has none queued or running. A slot whose task is lost stays
+// held (quarantined): it is never sold unvalidated, and `gpuaasctl slots validate` queues one.
+func (d *Dispatcher) queueValidations(ctx context.Context, nodeID string) error {
+	slots, err := d.st.PendingValidations(ctx, nodeID)
+	if err != nil || len(slots) == 0 {
+		return err
+	}
+	busy, err := d.st.SlotsWithLiveTask(ctx, nodeID, string(task.TypeSlotValidate))
+	if err != nil {
+		return err
+	}
+	for i := range slots {
+		if busy[slots[i].ID] {
+			continue
+		}
+		if _, err := d.QueueTask(ctx, nodeID, task.TypeSlotValidate, validatePayload(&slots[i]), 30*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validatePayload is the quick validation of a slot's GPU and fabric VF.
+func validatePayload(slot *apiv1.Slot) task.SlotValidate {
+	var md struct {
+		VF string `json:"fabric_vf_pci_address"`
+	}
+	_ = json.Unmarshal(slot.CapacityMetadata, &md)
+	return task.SlotValidate{SlotID: slot.ID, Level: "quick", GPUPCI: slot.PCIAddress, FabricVF: md.VF}
+}
+
+// ValidatePayload is the slot.validate payload for a slot (the admin route queues the same).
+func ValidatePayload(slot *apiv1.Slot) task.SlotValidate { return validatePayload(slot) }

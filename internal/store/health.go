@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,8 +41,9 @@ func (t *Tx) RecordHealthEvent(ctx context.Context, ev HealthEventRecord) (apiv1
 	}
 	var id int64
 	err = t.tx.QueryRow(ctx, `INSERT INTO slot_health_events (slot_id, node_id, source, signal, action, reason, evidence, actor)
-		VALUES ($1::uuid, $2::uuid, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		nullIfEmpty(ev.SlotID), ev.NodeID, ev.Source, ev.Signal, ev.Action, ev.Reason, evidence, ev.Actor).Scan(&id)
+		VALUES ($1::uuid, coalesce($2::uuid, (SELECT node_id FROM node_resource_slots WHERE id = $1::uuid)), $3, $4, $5, $6, $7, $8)
+		RETURNING id`,
+		nullIfEmpty(ev.SlotID), nullIfEmpty(ev.NodeID), ev.Source, ev.Signal, ev.Action, ev.Reason, evidence, ev.Actor).Scan(&id)
 	if err != nil {
 		return apiv1.HealthEvent{}, translate(err)
 	}
@@ -125,7 +125,8 @@ func (s *Store) AllocationHealthEvents(ctx context.Context, allocationID string)
 	if !IsUUID(allocationID) {
 		return nil, nil
 	}
-	evs, err := healthEvents(ctx, s.pool, `e.allocation_id = $1`, allocationID, 256, false)
+	// The wait for a validation after the wipe is the platform's, not the tenant's.
+	evs, err := healthEvents(ctx, s.pool, `e.allocation_id = $1 AND e.signal <> 'validation:pending'`, allocationID, 256, false)
 	for i, j := 0, len(evs)-1; i < j; i, j = i+1, j-1 {
 		evs[i], evs[j] = evs[j], evs[i]
 	}
@@ -217,12 +218,39 @@ func truncate(s string, n int) string {
 // ("" when the slot is not quarantined).
 func (t *Tx) QuarantineSignal(ctx context.Context, slotID string) (string, error) {
 	var sig string
-	err := t.tx.QueryRow(ctx, `SELECT coalesce((SELECT e.signal FROM slot_health_events e
-			WHERE e.slot_id = s.id AND e.health_after = 'quarantined' AND e.health_before <> 'quarantined'
-			ORDER BY e.id DESC LIMIT 1), '')
-		FROM node_resource_slots s WHERE s.id = $1 AND s.health = 'quarantined'`, slotID).Scan(&sig)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
+	err := t.tx.QueryRow(ctx, `SELECT CASE WHEN health = 'quarantined' THEN health_signal ELSE '' END
+		FROM node_resource_slots WHERE id = $1`, slotID).Scan(&sig)
 	return sig, translate(err)
+}
+
+// SlotValidationPolicy is the validation policy of the SKU a slot sells (its own SKU, else its
+// node's slice SKU): none, quick or burn-in.
+func (t *Tx) SlotValidationPolicy(ctx context.Context, slotID string) (string, error) {
+	var p string
+	err := t.tx.QueryRow(ctx, `SELECT coalesce(k.validation_policy, 'none')
+		FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+		LEFT JOIN sku_catalog k ON k.sku = coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku)
+		WHERE s.id = $1`, slotID).Scan(&p)
+	return p, translate(err)
+}
+
+// PendingValidations are the slots of a node quarantined only while they wait for their
+// SKU's validation, with what the host needs to validate them.
+func (s *Store) PendingValidations(ctx context.Context, nodeID string) ([]apiv1.Slot, error) {
+	return queryAll(ctx, s.pool, scanSlot, `SELECT `+slotColumns+` FROM node_resource_slots s
+		WHERE s.node_id = $1 AND s.health = 'quarantined' AND s.health_signal = 'validation:pending'
+		ORDER BY s.slot_index`, nodeID)
+}
+
+// SlotsWithLiveTask are the slots of a node with a queued or leased task of type typ (by the
+// payload's slot_id).
+func (s *Store) SlotsWithLiveTask(ctx context.Context, nodeID, typ string) (map[string]bool, error) {
+	ids, err := queryAll(ctx, s.pool, func(r pgx.Row, id *string) error { return r.Scan(id) },
+		`SELECT payload->>'slot_id' FROM node_tasks WHERE node_id = $1 AND type = $2 AND status IN ('queued', 'leased')
+		   AND payload ? 'slot_id'`, nodeID, typ)
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, err
 }

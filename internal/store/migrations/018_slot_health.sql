@@ -14,8 +14,9 @@
 --   * clearing a quarantine needs a passed validation recorded since the quarantine began (a
 --     simulated one counts only where simulated hosts are allowed, like a simulated wipe);
 --   * a failed validation quarantines the slot;
---   * a node with half or more of its enabled slots quarantined, or a node-level signal, is
---     drained, with the reason kept on the node.
+--   * a node with half or more of its enabled slots quarantined for a fault (a slot held only
+--     for its validation after a wipe does not count), or a node-level signal, is drained, with
+--     the reason kept on the node.
 --
 -- None of these triggers fires on the status changes of reservations and releases except the
 -- one refusing 'reserved' for a quarantined slot, whose WHEN clause reads only the new row. The
@@ -24,6 +25,9 @@ ALTER TABLE node_resource_slots ADD COLUMN health text NOT NULL DEFAULT 'healthy
     CONSTRAINT node_resource_slots_health_valid CHECK (health IN ('healthy', 'degraded', 'quarantined'));
 ALTER TABLE node_resource_slots ADD COLUMN health_reason text NOT NULL DEFAULT '';
 ALTER TABLE node_resource_slots ADD COLUMN health_since timestamptz;
+-- The signal of the event that set the current health ('validation:pending' is a slot held
+-- between its wipe and its SKU's validation: not a fault, so it does not count toward a drain).
+ALTER TABLE node_resource_slots ADD COLUMN health_signal text NOT NULL DEFAULT '';
 
 ALTER TABLE nodes ADD COLUMN drain_reason text NOT NULL DEFAULT '';
 
@@ -78,6 +82,7 @@ DECLARE
     cur     node_resource_slots%ROWTYPE;
     v       slot_validations%ROWTYPE;
     next    text;
+    fault   boolean;
     enabled integer;
     bad     integer;
 BEGIN
@@ -112,16 +117,21 @@ BEGIN
         NEW.validation_id := v.id;
     END IF;
     NEW.health_after := next;
-    IF next IS DISTINCT FROM cur.health OR (next <> 'healthy' AND NEW.action IN ('degrade', 'quarantine')) THEN
+    -- A fault found while a slot is only held for its validation replaces the hold: the slot
+    -- stays quarantined for the fault, and a later passed validation no longer lifts it.
+    fault := NEW.action = 'quarantine' AND NEW.signal <> 'validation:pending'
+             AND (cur.health <> 'quarantined' OR cur.health_signal = 'validation:pending');
+    IF next IS DISTINCT FROM cur.health OR fault THEN
         UPDATE node_resource_slots
             SET health = next,
-                health_reason = CASE WHEN next = 'healthy' THEN '' WHEN next = cur.health AND cur.health_reason <> '' THEN cur.health_reason ELSE NEW.reason END,
-                health_since = CASE WHEN next = cur.health THEN cur.health_since ELSE clock_timestamp() END
+                health_reason = CASE WHEN next = 'healthy' THEN '' WHEN next = cur.health AND NOT fault AND cur.health_reason <> '' THEN cur.health_reason ELSE NEW.reason END,
+                health_since = CASE WHEN next = cur.health AND NOT fault THEN cur.health_since ELSE clock_timestamp() END,
+                health_signal = CASE WHEN next = 'healthy' THEN '' WHEN next = cur.health AND NOT fault THEN cur.health_signal ELSE NEW.signal END
             WHERE id = cur.id;
     END IF;
-    IF next = 'quarantined' AND cur.health <> 'quarantined' THEN
+    IF fault THEN
         SELECT count(*) FILTER (WHERE status <> 'disabled'),
-               count(*) FILTER (WHERE status <> 'disabled' AND health = 'quarantined')
+               count(*) FILTER (WHERE status <> 'disabled' AND health = 'quarantined' AND health_signal <> 'validation:pending')
             INTO enabled, bad FROM node_resource_slots WHERE node_id = cur.node_id;
         IF enabled > 0 AND bad * 2 >= enabled THEN
             UPDATE nodes SET draining = true,
@@ -180,9 +190,9 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER slots_health_guard BEFORE UPDATE OF health, health_reason, health_since ON node_resource_slots
+CREATE TRIGGER slots_health_guard BEFORE UPDATE OF health, health_reason, health_since, health_signal ON node_resource_slots
     FOR EACH ROW WHEN (OLD.health IS DISTINCT FROM NEW.health OR OLD.health_reason IS DISTINCT FROM NEW.health_reason
-                       OR OLD.health_since IS DISTINCT FROM NEW.health_since)
+                       OR OLD.health_since IS DISTINCT FROM NEW.health_since OR OLD.health_signal IS DISTINCT FROM NEW.health_signal)
     EXECUTE FUNCTION slot_health_guard();
 
 -- A slot is inserted healthy: its health has no history yet.
@@ -248,6 +258,7 @@ DROP TABLE IF EXISTS slot_health_events;
 DROP TABLE IF EXISTS slot_validations;
 ALTER TABLE sku_catalog DROP COLUMN IF EXISTS validation_policy;
 ALTER TABLE nodes DROP COLUMN IF EXISTS drain_reason;
+ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS health_signal;
 ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS health_since;
 ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS health_reason;
 ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS health;
