@@ -200,4 +200,3 @@ func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principa
 	writeJSON(w, http.StatusAccepted, map[string]string{"task_id": taskID})
 	return nil
 }
-
