@@ -39,3 +39,12 @@ func (c *Client) ClearSlot(ctx context.Context, node string, index int, reason s
 func (c *Client) ReleaseAllocationWithReport(ctx context.Context, id, report string) (*apiv1.Allocation, error) {
 	return send[apiv1.Allocation](ctx, c, http.MethodPost, "/api/v1/allocations/"+esc(id)+"/release", apiv1.ReleaseRequest{Report: report})
 }
+
+// ValidateSlot queues a quick validation of an idle slot and returns its task id.
+func (c *Client) ValidateSlot(ctx context.Context, node string, index int) (string, error) {
+	out, err := send[map[string]string](ctx, c, http.MethodPost, slotPath(node, index)+"/validate", nil)
+	if err != nil {
+		return "", err
+	}
+	return (*out)["task_id"], nil
+}

@@ -248,3 +248,17 @@ func TestPolicyTable(t *testing.T) {
 		t.Fatal("stored actions")
 	}
 }
+
+// docs/health.md's policy table lists every rule with its action and source.
+func TestPolicyTableIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "health.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Table() {
+		row := "| `" + r.Signal + "` | " + r.Name + " | " + string(r.Action) + " | " + r.Source + " |"
+		if !strings.Contains(string(doc), row) {
+			t.Fatalf("docs/health.md lacks the row %s", row)
+		}
+	}
+}

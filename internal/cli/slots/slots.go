@@ -29,6 +29,7 @@ func NewCmdSlots(f *cmdutil.Factory) *cobra.Command {
 		NewCmdWipe(f, nil),
 		NewCmdQuarantine(f, nil),
 		NewCmdClear(f, nil),
+		NewCmdValidate(f, nil),
 	)
 }
 
