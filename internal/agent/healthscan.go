@@ -23,8 +23,11 @@ func (a *Agent) healthLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HealthInterval)
 	defer t.Stop()
 	var pending []health.Finding // not yet delivered: sent again with the next scan's
+	scan := true
 	for {
-		pending = append(pending, sc.Scan(ctx)...)
+		if scan {
+			pending = append(pending, sc.Scan(ctx)...)
+		}
 		if len(pending) > maxPendingHealth {
 			pending = pending[len(pending)-maxPendingHealth:]
 		}
@@ -35,7 +38,42 @@ func (a *Agent) healthLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			scan = true
+		case g := <-a.guestHealth:
+			pending, scan = append(pending, g...), false
 		}
+	}
+}
+
+// guestMinInterval is how often one allocation's guest readings are taken: a guest belongs to
+// its tenant and may post as often as it likes; its readings reach only its own slots.
+const guestMinInterval = 30 * time.Second
+
+// guestReport takes the health part of a guest's telemetry report (telemetry.Registry's
+// OnReport) to the health loop, at most once per guestMinInterval per allocation; a reading
+// that does not fit the loop's queue is dropped (the guest reports again).
+func (a *Agent) guestReport(allocationID string, body []byte) {
+	fs := health.GuestFindings(allocationID, body)
+	if len(fs) == 0 {
+		return
+	}
+	a.guestMu.Lock()
+	if last, ok := a.guestLast[allocationID]; ok && time.Since(last) < guestMinInterval {
+		a.guestMu.Unlock()
+		return
+	}
+	if len(a.guestLast) > 4096 { // forget allocations long quiet (released ones among them)
+		for id, t := range a.guestLast {
+			if time.Since(t) > time.Hour {
+				delete(a.guestLast, id)
+			}
+		}
+	}
+	a.guestLast[allocationID] = time.Now()
+	a.guestMu.Unlock()
+	select {
+	case a.guestHealth <- fs:
+	default:
 	}
 }
 
@@ -48,8 +86,8 @@ const maxPendingHealth = 256
 func (a *Agent) sendHealth(ctx context.Context, fs []health.Finding) bool {
 	rep := apiv1.HealthReport{}
 	for _, f := range fs {
-		rep.Signals = append(rep.Signals, apiv1.HealthSignal{PCIAddress: f.PCIAddress, Source: f.Source, Signal: f.Signal,
-			Detail: f.Detail, Evidence: f.Evidence})
+		rep.Signals = append(rep.Signals, apiv1.HealthSignal{PCIAddress: f.PCIAddress, AllocationID: f.AllocationID, GPUIndex: f.GPUIndex,
+			Source: f.Source, Signal: f.Signal, Detail: f.Detail, Evidence: f.Evidence})
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -85,6 +85,9 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 			ev[k] = v
 		}
 		name := sg.PCIAddress
+		if sg.GPUIndex != nil {
+			name = fmt.Sprintf("allocation %s GPU %d", sg.AllocationID, *sg.GPUIndex)
+		}
 		if sg.SlotIndex != nil {
 			name = fmt.Sprintf("slot %d", *sg.SlotIndex)
 		}
@@ -94,6 +97,10 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 			switch {
 			case sg.SlotIndex != nil:
 				slotID, err = tx.SlotID(ctx, nodeID, *sg.SlotIndex)
+			case sg.AllocationID != "" && sg.GPUIndex != nil && sg.Source == "guest":
+				slotID, err = tx.SlotOfAllocationGPU(ctx, nodeID, sg.AllocationID, *sg.GPUIndex)
+			case sg.Source == "guest":
+				return invalid("a guest's reading names its allocation and GPU index")
 			case sg.PCIAddress != "":
 				slotID, _, err = tx.SlotByDevice(ctx, nodeID, health.NormalizePCI(sg.PCIAddress))
 			default:

@@ -379,3 +379,42 @@ func TestQuickValidationPolicyHoldsSlotsUntilValidated(t *testing.T) {
 		t.Fatalf("placed on %v, want the validated slot 0 and the untouched slot 2", idx)
 	}
 }
+
+// A guest's reading names its GPU by position in its allocation: it reaches that slot and no
+// other; a reading for an allocation not on the reporting node, a position past the
+// allocation's GPUs, or a guest reading naming a PCI address is refused.
+func TestGuestReadingsReachOnlyTheirAllocationsSlots(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1, withSlots(0, 1, 2, 3))
+	b.addNode("n2", 2, withSlots(0))
+	a := b.mustCreate(2)
+	node, idx := b.placed(a)
+	if node != "n1" || len(idx) != 2 {
+		t.Fatalf("placed on %s %v", node, idx)
+	}
+	n1, n2 := mustNode(b, "n1"), mustNode(b, "n2")
+	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, []apiv1.HealthSignal{
+		{AllocationID: a.ID, GPUIndex: ptr(1), Source: "guest", Signal: "xid:79"},
+		{AllocationID: a.ID, GPUIndex: ptr(2), Source: "guest", Signal: "xid:79"},
+		{PCIAddress: "0000:1b:00.0", Source: "guest", Signal: "xid:79"},
+	})
+	if len(recorded) != 1 || len(errs) != 2 {
+		t.Fatalf("recorded %+v, errors %v", recorded, errs)
+	}
+	if _, errs := b.svc.RecordSignals(b.ctx, n2.ID, []apiv1.HealthSignal{{AllocationID: a.ID, GPUIndex: ptr(0), Source: "guest", Signal: "xid:79"}}); len(errs) != 1 {
+		t.Fatalf("another node's host reported on this allocation: %v", errs)
+	}
+	for _, s := range b.slots(n1.ID) {
+		want := "healthy"
+		if s.SlotIndex == idx[1] {
+			want = "quarantined"
+		}
+		if s.Health != want {
+			t.Fatalf("slot %d is %s, want %s", s.SlotIndex, s.Health, want)
+		}
+	}
+	got, _ := b.svc.Get(b.ctx, b.tenant, a.ID)
+	if len(got.HealthEvents) != 1 || got.HealthEvents[0].Source != "guest" {
+		t.Fatalf("the tenant sees %+v", got.HealthEvents)
+	}
+}

@@ -95,12 +95,16 @@ type ReleaseRequest struct {
 // A reading about a device no slot holds is refused (and listed as refused).
 type HealthSignal struct {
 	// The slot, named by index, or by a device of it: its GPU's or fabric VF's PCI address.
-	SlotIndex  *int           `json:"slot_index,omitempty"`
-	PCIAddress string         `json:"pci_address,omitempty"`
-	Source     string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
-	Signal     string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
-	Detail     string         `json:"detail,omitempty"`
-	Evidence   map[string]any `json:"evidence,omitempty"`
+	SlotIndex  *int   `json:"slot_index,omitempty"`
+	PCIAddress string `json:"pci_address,omitempty"`
+	// A guest's reading: the allocation's GPU by position (its live slots on this node, by
+	// slot index); source must be "guest".
+	AllocationID string         `json:"allocation_id,omitempty"`
+	GPUIndex     *int           `json:"gpu_index,omitempty"`
+	Source       string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
+	Signal       string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
+	Detail       string         `json:"detail,omitempty"`
+	Evidence     map[string]any `json:"evidence,omitempty"`
 }
 
 // HealthReport is the body of POST /agent/health.

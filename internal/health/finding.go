@@ -5,12 +5,16 @@ import "strings"
 // Finding is one signal a reader saw on one device, before the policy applies: the device's
 // PCI address (or NVMe device), the policy table's signal key, and what was read.
 type Finding struct {
-	PCIAddress string         `json:"pci_address,omitempty"`
-	NVMeDevice string         `json:"nvme_device,omitempty"`
-	Source     string         `json:"source"`
-	Signal     string         `json:"signal"`
-	Detail     string         `json:"detail,omitempty"`
-	Evidence   map[string]any `json:"evidence,omitempty"`
+	PCIAddress string `json:"pci_address,omitempty"`
+	// A guest's reading names its GPU by position in its allocation (GPUIndex), not by a
+	// host PCI address it cannot know.
+	AllocationID string         `json:"allocation_id,omitempty"`
+	GPUIndex     *int           `json:"gpu_index,omitempty"`
+	NVMeDevice   string         `json:"nvme_device,omitempty"`
+	Source       string         `json:"source"`
+	Signal       string         `json:"signal"`
+	Detail       string         `json:"detail,omitempty"`
+	Evidence     map[string]any `json:"evidence,omitempty"`
 }
 
 // NormalizePCI writes a PCI address the way sysfs and slot maps do (0000:1b:00.0): nvidia-smi

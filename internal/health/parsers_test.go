@@ -262,3 +262,32 @@ func TestPolicyTableIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// A guest's report: Xids and ECC counts by GPU position become guest findings for its own
+// allocation; the helper's plain snapshot and malformed entries give none; one report gives
+// at most 16.
+func TestGuestFindings(t *testing.T) {
+	if f := GuestFindings("a1", []byte(`{"instance_id":"x","loadavg":"0.1 0.1 0.1","mem_available_kb":1,"gpus":"0, 97, 1, 60;"}`)); len(f) != 0 {
+		t.Fatalf("a plain snapshot: %+v", f)
+	}
+	f := GuestFindings("a1", []byte(`{"xid":[{"gpu_index":1,"code":79},{"gpu_index":-1,"code":79},{"code":48},{"gpu_index":0,"code":0}],"ecc_uncorrectable":[0,2]}`))
+	if len(f) != 2 || f[0].Signal != "xid:79" || *f[0].GPUIndex != 1 || f[0].AllocationID != "a1" || f[0].Source != "guest" ||
+		f[1].Signal != "gpu:ecc_uncorrectable" || *f[1].GPUIndex != 1 || f[0].PCIAddress != "" {
+		t.Fatalf("findings %+v", f)
+	}
+	var many strings.Builder
+	many.WriteString(`{"xid":[`)
+	for i := range 40 {
+		if i > 0 {
+			many.WriteString(",")
+		}
+		many.WriteString(`{"gpu_index":0,"code":13}`)
+	}
+	many.WriteString(`]}`)
+	if f := GuestFindings("a1", []byte(many.String())); len(f) != 16 {
+		t.Fatalf("one report gives %d findings, want at most 16", len(f))
+	}
+	if f := GuestFindings("a1", []byte(`not json`)); f != nil {
+		t.Fatalf("%+v", f)
+	}
+}

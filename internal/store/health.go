@@ -254,3 +254,16 @@ func (s *Store) SlotsWithLiveTask(ctx context.Context, nodeID, typ string) (map[
 	}
 	return out, err
 }
+
+// SlotOfAllocationGPU is the slot an allocation's GPU number idx is, on the given node: its
+// live slot claims there, by slot index (the order the allocation's slots are listed in).
+func (t *Tx) SlotOfAllocationGPU(ctx context.Context, nodeID, allocationID string, idx int) (string, error) {
+	if !IsUUID(allocationID) || idx < 0 {
+		return "", ErrNotFound
+	}
+	var id string
+	err := t.tx.QueryRow(ctx, `SELECT s.id::text FROM allocation_resource_claims c JOIN node_resource_slots s ON s.id = c.slot_id
+		WHERE c.allocation_id = $1 AND c.node_id = $2 AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+`
+		ORDER BY s.slot_index OFFSET $3 LIMIT 1`, allocationID, nodeID, idx).Scan(&id)
+	return id, translate(err)
+}
