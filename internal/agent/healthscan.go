@@ -87,7 +87,8 @@ func (a *Agent) sendHealth(ctx context.Context, fs []health.Finding) bool {
 	rep := apiv1.HealthReport{}
 	for _, f := range fs {
 		rep.Signals = append(rep.Signals, apiv1.HealthSignal{PCIAddress: f.PCIAddress, AllocationID: f.AllocationID, GPUIndex: f.GPUIndex,
-			Source: f.Source, Signal: f.Signal, Detail: f.Detail, Evidence: f.Evidence})
+			NVMeDevices: f.NVMeAliases,
+			Source:      f.Source, Signal: f.Signal, Detail: f.Detail, Evidence: f.Evidence})
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

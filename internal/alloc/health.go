@@ -85,6 +85,9 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 			ev[k] = v
 		}
 		name := sg.PCIAddress
+		if len(sg.NVMeDevices) > 0 {
+			name = sg.NVMeDevices[0]
+		}
 		if sg.GPUIndex != nil {
 			name = fmt.Sprintf("allocation %s GPU %d", sg.AllocationID, *sg.GPUIndex)
 		}
@@ -103,6 +106,8 @@ func (s *Service) RecordSignals(ctx context.Context, nodeID string, sigs []apiv1
 				return invalid("a guest's reading names its allocation and GPU index")
 			case sg.PCIAddress != "":
 				slotID, _, err = tx.SlotByDevice(ctx, nodeID, health.NormalizePCI(sg.PCIAddress))
+			case len(sg.NVMeDevices) > 0 && len(sg.NVMeDevices) <= 16:
+				slotID, err = tx.SlotByDisk(ctx, nodeID, sg.NVMeDevices)
 			default:
 				return invalid("a reading names neither a slot nor a device")
 			}

@@ -2,10 +2,12 @@ package alloc_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -248,7 +250,8 @@ func ptr[T any](v T) *T { return &v }
 func signalsOf(fs []health.Finding) []apiv1.HealthSignal {
 	var out []apiv1.HealthSignal
 	for _, f := range fs {
-		out = append(out, apiv1.HealthSignal{PCIAddress: f.PCIAddress, Source: f.Source, Signal: f.Signal, Detail: f.Detail, Evidence: f.Evidence})
+		out = append(out, apiv1.HealthSignal{PCIAddress: f.PCIAddress, NVMeDevices: f.NVMeAliases, Source: f.Source, Signal: f.Signal,
+			Detail: f.Detail, Evidence: f.Evidence})
 	}
 	return out
 }
@@ -416,5 +419,65 @@ func TestGuestReadingsReachOnlyTheirAllocationsSlots(t *testing.T) {
 	got, _ := b.svc.Get(b.ctx, b.tenant, a.ID)
 	if len(got.HealthEvents) != 1 || got.HealthEvents[0].Source != "guest" {
 		t.Fatalf("the tenant sees %+v", got.HealthEvents)
+	}
+}
+
+// fakeNVMe answers `nvme smart-log` for the generated host tree: a simulated stand-in for
+// NVMe firmware, which this machine does not have. Every controller reports the healthy
+// nvme-cli JSON of internal/health/testdata, except bad, whose available spare is below its
+// threshold; nvidia-smi is not installed.
+type fakeNVMe struct{ bad string }
+
+func (f fakeNVMe) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	if name != "nvme" || len(args) < 2 || args[0] != "smart-log" {
+		return nil, &hostfs.ExitError{Cmd: name, Code: 127, Stderr: "not installed"}
+	}
+	b, err := os.ReadFile(filepath.Join("..", "health", "testdata", "smart-log-healthy.json"))
+	if err != nil {
+		return nil, err
+	}
+	if args[1] == "/dev/"+f.bad {
+		b = []byte(strings.Replace(string(b), `"avail_spare":100`, `"avail_spare":5`, 1))
+	}
+	return b, nil
+}
+
+// An NVMe disk whose SMART log says its spare is below threshold quarantines the slot whose
+// disk it is (found by its by-id name), and only that slot; the OS disk maps to no slot.
+func TestNVMeSmartLogQuarantinesItsSlot(t *testing.T) {
+	b := setup(t)
+	// Slot 3's disk is the tree's nvme4 (EUI 0025388b01000004).
+	b.addNode("n1", 1, editSlot(3, func(s *apiv1.SlotSpec) { s.NVMeDevice = "/dev/disk/by-id/nvme-eui.0025388b01000004" }))
+	n1 := mustNode(b, "n1")
+	root := t.TempDir()
+	if err := fixture.Write(root, fixture.H200()); err != nil {
+		t.Fatal(err)
+	}
+	sc := &health.Scanner{FS: hostfs.New(root), Run: fakeNVMe{bad: "nvme4"}}
+	defer sc.Close()
+	fs := sc.Scan(b.ctx)
+	if len(fs) != 1 || fs[0].Signal != "nvme:spare_below_threshold" || !slices.Contains(fs[0].NVMeAliases, "/dev/disk/by-id/nvme-eui.0025388b01000004") {
+		t.Fatalf("findings %+v", fs)
+	}
+	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, signalsOf(fs))
+	if len(recorded) != 1 || len(errs) != 0 {
+		t.Fatalf("recorded %+v errors %v", recorded, errs)
+	}
+	for _, s := range b.slots(n1.ID) {
+		want := "healthy"
+		if s.SlotIndex == 3 {
+			want = "quarantined"
+		}
+		if s.Health != want {
+			t.Fatalf("slot %d is %s, want %s", s.SlotIndex, s.Health, want)
+		}
+	}
+	if again := sc.Scan(b.ctx); len(again) != 0 {
+		t.Fatalf("a lasting condition is reported once: %+v", again)
+	}
+	_, errs = b.svc.RecordSignals(b.ctx, n1.ID, []apiv1.HealthSignal{{NVMeDevices: []string{"/dev/disk/by-id/nvme-eui.0025388b01000000"},
+		Source: "nvme", Signal: "nvme:critical_warning"}})
+	if len(errs) != 1 {
+		t.Fatalf("the OS disk maps to no slot, yet: %v", errs)
 	}
 }

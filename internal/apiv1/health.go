@@ -99,12 +99,14 @@ type HealthSignal struct {
 	PCIAddress string `json:"pci_address,omitempty"`
 	// A guest's reading: the allocation's GPU by position (its live slots on this node, by
 	// slot index); source must be "guest".
-	AllocationID string         `json:"allocation_id,omitempty"`
-	GPUIndex     *int           `json:"gpu_index,omitempty"`
-	Source       string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
-	Signal       string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
-	Detail       string         `json:"detail,omitempty"`
-	Evidence     map[string]any `json:"evidence,omitempty"`
+	AllocationID string `json:"allocation_id,omitempty"`
+	GPUIndex     *int   `json:"gpu_index,omitempty"`
+	// An NVMe reading: the /dev/disk/by-id names of its namespace (a slot's nvme_device is one).
+	NVMeDevices []string       `json:"nvme_devices,omitempty"`
+	Source      string         `json:"source"` // pcie, nvme, nvidia-smi, kernel, guest
+	Signal      string         `json:"signal"` // "xid:79", "pcie:link_downtrained", ...
+	Detail      string         `json:"detail,omitempty"`
+	Evidence    map[string]any `json:"evidence,omitempty"`
 }
 
 // HealthReport is the body of POST /agent/health.

@@ -8,13 +8,16 @@ type Finding struct {
 	PCIAddress string `json:"pci_address,omitempty"`
 	// A guest's reading names its GPU by position in its allocation (GPUIndex), not by a
 	// host PCI address it cannot know.
-	AllocationID string         `json:"allocation_id,omitempty"`
-	GPUIndex     *int           `json:"gpu_index,omitempty"`
-	NVMeDevice   string         `json:"nvme_device,omitempty"`
-	Source       string         `json:"source"`
-	Signal       string         `json:"signal"`
-	Detail       string         `json:"detail,omitempty"`
-	Evidence     map[string]any `json:"evidence,omitempty"`
+	AllocationID string `json:"allocation_id,omitempty"`
+	GPUIndex     *int   `json:"gpu_index,omitempty"`
+	NVMeDevice   string `json:"nvme_device,omitempty"`
+	// NVMeAliases are the /dev/disk/by-id names of an NVMe finding's namespace (slots name
+	// their disk by one of them).
+	NVMeAliases []string       `json:"nvme_aliases,omitempty"`
+	Source      string         `json:"source"`
+	Signal      string         `json:"signal"`
+	Detail      string         `json:"detail,omitempty"`
+	Evidence    map[string]any `json:"evidence,omitempty"`
 }
 
 // NormalizePCI writes a PCI address the way sysfs and slot maps do (0000:1b:00.0): nvidia-smi

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -23,13 +24,14 @@ type Scanner struct {
 	reported map[string]bool // device+signal of lasting conditions reported and still present
 	kmsgSeen int             // lines of a regular-file kernel log already read
 	kmsg     *os.File        // /dev/kmsg, open between scans
-	smiPrev  map[string]bool
+	smart    map[string]SmartLog
 }
 
 // lasting signals hold while the condition holds; the others are events (an increase, an Xid).
 var lasting = map[string]bool{"pcie:absent": true, "pcie:config_space_unreadable": true, "pcie:link_downtrained": true,
 	"pcie:driver_unexpected": true, "gpu:ecc_uncorrectable": true, "gpu:remapped_rows_pending": true,
-	"gpu:remapped_rows_failure": true, "gpu:retired_pages_pending": true, "gpu:thermal_slowdown": true}
+	"gpu:remapped_rows_failure": true, "gpu:retired_pages_pending": true, "gpu:thermal_slowdown": true,
+	"nvme:critical_warning": true, "nvme:spare_below_threshold": true, "nvme:worn_out": true}
 
 // Functions are the PCI functions a scan reads: NVIDIA display/3D controllers (GPUs) and SR-IOV
 // virtual functions of Mellanox adapters (the slots' fabric VFs).
@@ -55,7 +57,7 @@ func (s *Scanner) Functions() []string {
 // nvidia-smi answers, the GPUs the host's driver holds. It returns the new findings.
 func (s *Scanner) Scan(ctx context.Context) []Finding {
 	if s.prev == nil {
-		s.prev, s.reported, s.smiPrev = map[string]PCIe{}, map[string]bool{}, map[string]bool{}
+		s.prev, s.reported, s.smart = map[string]PCIe{}, map[string]bool{}, map[string]SmartLog{}
 	}
 	var out []Finding
 	present := map[string]bool{}
@@ -91,6 +93,9 @@ func (s *Scanner) Scan(ctx context.Context) []Finding {
 		keep(f)
 	}
 	if s.Run != nil {
+		for _, f := range s.nvmeFindings(ctx) {
+			keep(f)
+		}
 		if b, err := s.Run.Run(ctx, "nvidia-smi", "-q", "-x"); err == nil {
 			if gpus, err := ParseNvidiaSMI(b); err == nil {
 				for _, g := range gpus {
@@ -166,4 +171,49 @@ func (s *Scanner) kernelLog() string {
 		}
 	}
 	return b.String()
+}
+
+// nvmeFindings reads each NVMe controller's SMART / Health log (`nvme smart-log /dev/nvmeX -o
+// json`) and names its namespace by its /dev/disk/by-id aliases (the controller maps a
+// reading to the slot whose disk is one of them; the OS disk's maps to none and is refused).
+// The log is read through the admin queue, harmless while a VM uses the namespace as its disk.
+func (s *Scanner) nvmeFindings(ctx context.Context) []Finding {
+	ctrls, _ := s.FS.ReadDir("/sys/class/nvme")
+	if len(ctrls) == 0 {
+		return nil
+	}
+	aliases := map[string][]string{} // nvme1n1 -> by-id paths
+	links, _ := s.FS.ReadDir("/dev/disk/by-id")
+	for _, l := range links {
+		name := l.Name()
+		if !strings.HasPrefix(name, "nvme-") || strings.Contains(name, "-part") {
+			continue
+		}
+		target := s.FS.LinkBase("/dev/disk/by-id/" + name)
+		aliases[target] = append(aliases[target], "/dev/disk/by-id/"+name)
+	}
+	var out []Finding
+	for _, c := range ctrls {
+		ctrl := c.Name()
+		b, err := s.Run.Run(ctx, "nvme", "smart-log", "/dev/"+ctrl, "-o", "json")
+		if err != nil {
+			continue
+		}
+		log, err := ParseSmartLog(b)
+		if err != nil {
+			continue
+		}
+		var prev *SmartLog
+		if p, ok := s.smart[ctrl]; ok {
+			prev = &p
+		}
+		s.smart[ctrl] = log
+		names := aliases[ctrl+"n1"]
+		sort.Strings(names)
+		for _, f := range log.Findings("/dev/"+ctrl, prev) {
+			f.NVMeAliases = names
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -267,3 +267,13 @@ func (t *Tx) SlotOfAllocationGPU(ctx context.Context, nodeID, allocationID strin
 		ORDER BY s.slot_index OFFSET $3 LIMIT 1`, allocationID, nodeID, idx).Scan(&id)
 	return id, translate(err)
 }
+
+// SlotByDisk is the node's slot whose nvme_device is one of names (by-id paths of one
+// namespace); a slot naming a partition of it counts, as the identity check reads it.
+func (t *Tx) SlotByDisk(ctx context.Context, nodeID string, names []string) (string, error) {
+	var id string
+	err := t.tx.QueryRow(ctx, `SELECT id::text FROM node_resource_slots
+		WHERE node_id = $1 AND nvme_device <> '' AND regexp_replace(nvme_device, '-part[0-9]+$', '') = ANY ($2::text[])
+		ORDER BY status = 'disabled', slot_index LIMIT 1`, nodeID, names).Scan(&id)
+	return id, translate(err)
+}
