@@ -15,6 +15,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/gpuaas/gpuaas/internal/health"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
@@ -46,6 +47,10 @@ type Agent struct {
 	loop     progress // the poll loop's promise to the systemd watchdog
 	// metricsAddr is where /metrics listens (set once serving).
 	metricsAddr atomic.Value
+	// guestHealth carries guests' health readings to the health loop (guestReport).
+	guestHealth chan []health.Finding
+	guestMu     sync.Mutex
+	guestLast   map[string]time.Time // allocation -> when its guest's readings were last taken
 }
 
 // New loads the identity and prepares state directories.
@@ -55,7 +60,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, version: version, srv: newServers(cfg.ServerList()),
 		sem: make(chan struct{}, cfg.MaxConcurrent), inflight: map[string]bool{}, sendNow: make(chan struct{}, 1),
-		host: hostfs.New(cfg.HostRoot)}
+		host: hostfs.New(cfg.HostRoot), guestHealth: make(chan []health.Finding, 16), guestLast: map[string]time.Time{}}
 	if err := a.loadCert(); err != nil {
 		return nil, err
 	}
@@ -84,6 +89,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 		if a.runtime, a.vm, err = newVMRuntime(cfg, log); err != nil {
 			return nil, err
 		}
+		a.vm.telemetry.OnReport = a.guestReport
 	default:
 		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
 	}
@@ -118,6 +124,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	go a.heartbeatLoop(ctx)
+	if a.cfg.HealthInterval > 0 {
+		go a.healthLoop(ctx)
+	}
 	senderDone := make(chan struct{})
 	go func() { a.sendLoop(bg); close(senderDone) }()
 	a.kickSender()

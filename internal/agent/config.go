@@ -38,8 +38,11 @@ type Config struct {
 	MaxConcurrent int           `mapstructure:"max_concurrent" yaml:"max_concurrent"`
 	PollWait      time.Duration `mapstructure:"poll_wait" yaml:"poll_wait"`
 	Heartbeat     time.Duration `mapstructure:"heartbeat" yaml:"heartbeat"`
-	ClockSkew     time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
-	MetricsListen string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
+	// HealthInterval is how often hostd reads its devices' health (PCIe, kernel Xid lines,
+	// nvidia-smi) and reports what changed (internal/health); negative: never.
+	HealthInterval time.Duration `mapstructure:"health_interval" yaml:"health_interval,omitempty"`
+	ClockSkew      time.Duration `mapstructure:"clock_skew" yaml:"clock_skew"`
+	MetricsListen  string        `mapstructure:"metrics_listen" yaml:"metrics_listen"`
 	// SimPhaseDelay makes each simulated phase take this long (sim runtime only), so
 	// operators and tests can watch progress and interrupt a running task.
 	SimPhaseDelay time.Duration `mapstructure:"sim_phase_delay" yaml:"sim_phase_delay,omitempty"`
@@ -74,6 +77,7 @@ func BindRunFlags(fs *pflag.FlagSet) {
 	fs.Int("max-concurrent", 0, "tasks run at once (default 4)")
 	fs.Duration("poll-wait", 0, "long-poll wait (default 30s)")
 	fs.Duration("heartbeat", 0, "heartbeat interval (default 15s)")
+	fs.Duration("health-interval", 0, "device health scan interval (default 60s; negative: off)")
 	fs.String("metrics-listen", "", "serve Prometheus /metrics here, e.g. 127.0.0.1:9464 (default off)")
 	fs.Duration("sim-phase-delay", 0, "sim runtime only: time each simulated phase takes")
 	fs.String("sim-hold-phase", "", "sim runtime only: a provision or release phase that never finishes once started (crash tests)")
@@ -173,6 +177,9 @@ func (c *Config) defaults() {
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 15 * time.Second
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = time.Minute
 	}
 	if c.ClockSkew == 0 {
 		c.ClockSkew = 2 * time.Minute

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/disk"
+	"github.com/gpuaas/gpuaas/internal/health"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/prereq"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
@@ -212,6 +213,11 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 				werr = fmt.Errorf("wipe not verified: %s", ev.Error)
 			}
 			return werr
+		})
+	case *task.SlotValidate:
+		err = rec.Run("validate", func() error {
+			out = health.Quick(a.host, []string{p.GPUPCI, p.FabricVF}, a.deviceReset())
+			return nil
 		})
 	case *task.Reconcile:
 		err = rec.Run("reconcile", func() error {

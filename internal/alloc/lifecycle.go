@@ -52,6 +52,9 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 		return apiv1.Allocation{}, err
 	}
 	out := withTasks(s.present(actor, rec), tasks)
+	if out.HealthEvents, err = s.st.AllocationHealthEvents(ctx, id); err != nil {
+		return apiv1.Allocation{}, err
+	}
 	if rec.Status == AllocReleased || rec.Status == AllocFailed {
 		proofs, err := s.st.AllocationWipeProofs(ctx, id)
 		if err != nil {
@@ -149,6 +152,20 @@ func Cost(p apiv1.Price, activeAt, releasingAt *time.Time, now time.Time) apiv1.
 // otherwise the allocation and its slots move to releasing and the host is asked to tear
 // down and wipe (outbox allocation.release_requested). Releasing twice is a no-op.
 func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Allocation, error) {
+	return s.release(ctx, actor, id, "")
+}
+
+// ReleaseWithReport releases an allocation whose tenant reports a problem with it: in the same
+// transaction each slot it holds is quarantined with the report as its reason, held for an
+// operator's review (docs/health.md).
+func (s *Service) ReleaseWithReport(ctx context.Context, actor Actor, id, report string) (apiv1.Allocation, error) {
+	if err := checkReport(report); err != nil {
+		return apiv1.Allocation{}, err
+	}
+	return s.release(ctx, actor, id, report)
+}
+
+func (s *Service) release(ctx context.Context, actor Actor, id, report string) (apiv1.Allocation, error) {
 	if !store.IsUUID(id) {
 		return apiv1.Allocation{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 	}
@@ -163,6 +180,11 @@ func (s *Service) Release(ctx context.Context, actor Actor, id string) (apiv1.Al
 		}
 		if err != nil {
 			return err
+		}
+		if report != "" {
+			if err := reportSlots(ctx, tx, actor, rec, report); err != nil {
+				return err
+			}
 		}
 		switch rec.Status {
 		case AllocReleasing, AllocReleased:
@@ -464,7 +486,10 @@ func applyWipeProof(ctx context.Context, tx *store.Tx, slotID, allocID string, p
 		return err
 	}
 	if verified {
-		return tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil)
+		if err := tx.SetSlotStatus(ctx, slotID, SlotAvailable, "", nil); err != nil {
+			return err
+		}
+		return holdForValidation(ctx, tx, slotID)
 	}
 	if p.Error != "" {
 		blocked += ": " + p.Error

@@ -55,7 +55,16 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request, p Princip
 }
 
 func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request, p Principal) error {
-	out, err := s.alloc.Release(r.Context(), actorOf(r, p), r.PathValue("id"))
+	req, err := releaseBody(w, r)
+	if err != nil {
+		return err
+	}
+	var out apiv1.Allocation
+	if req.Report != "" {
+		out, err = s.alloc.ReleaseWithReport(r.Context(), actorOf(r, p), r.PathValue("id"), req.Report)
+	} else {
+		out, err = s.alloc.Release(r.Context(), actorOf(r, p), r.PathValue("id"))
+	}
 	if err != nil {
 		return err
 	}

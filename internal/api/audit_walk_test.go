@@ -14,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
+	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
 	"github.com/gpuaas/gpuaas/internal/topology/fixture"
@@ -25,6 +26,7 @@ var notAudited = map[string]string{
 	"POST /api/v1/agent/heartbeat":           "a host reporting its own facts (recorded on the node)",
 	"POST /api/v1/agent/tasks/{id}/result":   "a host reporting on a task the controller issued (recorded in node_tasks; the allocation's own transitions are audited by the lifecycle)",
 	"POST /api/v1/agent/tasks/{id}/progress": "a host reporting live phases of its own task",
+	"POST /api/v1/agent/health":              "a host reporting its own device readings (each kept in the slot's health history, the host as its actor)",
 }
 
 // auditStep is one successful privileged call and the audit row it must write.
@@ -88,6 +90,26 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 	if blocked.ID == "" {
 		t.Fatalf("no cleanup_blocked slot after a release without proof: %+v", slots.Items)
 	}
+	// Slot 4 of node Z degraded (a clear of a degraded slot needs no validation); slot 5 is
+	// quarantined and slot 3 validated by the walk.
+	var slot4, slot5, slot3 string
+	for _, s := range slots.Items {
+		switch s.SlotIndex {
+		case 3:
+			slot3 = s.ID
+		case 4:
+			slot4 = s.ID
+		case 5:
+			slot5 = s.ID
+		}
+	}
+	if err := w.st.InTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.RecordHealthEvent(ctx, store.HealthEventRecord{SlotID: slot4, NodeID: z, Source: "pcie", Signal: "pcie:link_downtrained",
+			Action: "degrade", Reason: "link width x8 of x16", Actor: "test"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	active := w.activeAllocation()
 	changed := fixtures.H200SlotMap(1)
 	changed[6].GPUModel = "NVIDIA H200 NVL"
@@ -114,6 +136,12 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		{route: "PUT /api/v1/admin/nodes/{id}/slots", path: "/api/v1/admin/nodes/" + z + "/slots", body: apiv1.SlotApply{Slots: changed}, status: 200, action: "node.slots.apply", target: fixedID(z)},
 		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/disable", path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", status: 200, action: "slot.disable", target: jsonID},
 		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/enable", path: "/api/v1/admin/nodes/" + z + "/slots/7/enable", status: 200, action: "slot.enable", target: jsonID},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/quarantine", path: "/api/v1/admin/nodes/" + z + "/slots/5/quarantine",
+			body: apiv1.SlotHealthChange{Reason: "walk"}, status: 200, action: "slot.health.quarantine", target: fixedID(slot5)},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/clear", path: "/api/v1/admin/nodes/" + z + "/slots/4/clear",
+			body: apiv1.SlotHealthChange{Reason: "walk"}, status: 200, action: "slot.health.clear", target: fixedID(slot4)},
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/validate", path: "/api/v1/admin/nodes/" + z + "/slots/3/validate",
+			status: 202, action: "slot.validate_requested", target: fixedID(slot3)},
 		{route: "POST /api/v1/admin/skus", path: "/api/v1/admin/skus", body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA", DisplayName: "B200 node", CapacityShape: "baremetal",
 			GPUsTotal: 8, AllowedGPUCounts: []int{8}}, status: 201, action: "sku.create", target: fixedID("b200-bm")},
 		{route: "PATCH /api/v1/admin/skus/{sku}", path: "/api/v1/admin/skus/b200-bm", body: apiv1.SKUPatch{DisplayName: refTo("B200")}, status: 200, action: "sku.patch", target: fixedID("b200-bm")},

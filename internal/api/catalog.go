@@ -184,6 +184,17 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 			return err
 		}
 	}
+	if p.ValidationPolicy != nil {
+		switch *p.ValidationPolicy {
+		case "", "none", "quick":
+		case "burn-in":
+			// A validation VM on the slot's devices is not built yet: a SKU that asked for it
+			// would be sold with less checking than it says.
+			return errInvalid("validation_policy burn-in is not available yet; use quick")
+		default:
+			return errInvalid("validation_policy must be none or quick, not %q", *p.ValidationPolicy)
+		}
+	}
 	return nil
 }
 
@@ -205,6 +216,9 @@ func skuChanges(cur apiv1.SKU, p apiv1.SKUPatch) map[string]any {
 	}
 	if p.Active != nil {
 		add("active", cur.Active, *p.Active)
+	}
+	if p.ValidationPolicy != nil {
+		add("validation_policy", cur.ValidationPolicy, *p.ValidationPolicy)
 	}
 	return ch
 }
@@ -288,7 +302,7 @@ func (s *Server) createSKU(w http.ResponseWriter, r *http.Request, p Principal) 
 	}
 	rp := req.ResourceProfile
 	if err := validateSKUPatch(req, apiv1.SKUPatch{DisplayName: &req.DisplayName, AllowedGPUCounts: orEmpty(req.AllowedGPUCounts),
-		GPUHourlyPriceMinor: &req.GPUHourlyPriceMinor, ResourceProfile: &rp}); err != nil {
+		GPUHourlyPriceMinor: &req.GPUHourlyPriceMinor, ResourceProfile: &rp, ValidationPolicy: &req.ValidationPolicy}); err != nil {
 		return err
 	}
 	var out apiv1.SKU

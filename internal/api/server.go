@@ -106,6 +106,9 @@ func New(opts Options) *Server {
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	}, []string{"route"})
 	s.reg.MustRegister(s.requests, s.latency)
+	if s.store != nil {
+		s.reg.MustRegister(newQuarantinedSlots(s.store))
+	}
 	if s.alloc != nil {
 		s.reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_windows_total",
@@ -233,7 +236,7 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/allocations", anyUser, s.createAllocation, "Create an allocation (header Idempotency-Key)", apiv1.AllocationCreate{}, apiv1.Allocation{}, 201},
 		{"GET", "/api/v1/allocations", anyUser, s.listAllocations, "List the caller's allocations (admins: all; query: status)", nil, apiv1.List[apiv1.Allocation]{}, 200},
 		{"GET", "/api/v1/allocations/{id}", anyUser, s.getAllocation, "Show an allocation", nil, apiv1.Allocation{}, 200},
-		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation", nil, apiv1.Allocation{}, 200},
+		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation (optional body: a report of a problem, which holds its slots for operator review)", apiv1.ReleaseRequest{}, apiv1.Allocation{}, 200},
 
 		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},
 		{"GET", "/api/v1/admin/nodes", adminOnly, s.listNodes, "List nodes with mode and slot summary", nil, L{}, 200},
@@ -244,6 +247,12 @@ func (s *Server) table() []route {
 		{"PUT", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.applySlots, "Apply a declarative slot map (dry_run shows the diff)", apiv1.SlotApply{}, apiv1.SlotApplyResult{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/disable", adminOnly, s.setSlotEnabled(false), "Disable a slot", nil, apiv1.Slot{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/enable", adminOnly, s.setSlotEnabled(true), "Enable a disabled slot", nil, apiv1.Slot{}, 200},
+		{"GET", "/api/v1/admin/nodes/{id}/slots/{index}/health", adminOnly, s.slotHealth, "A slot's health, history and validations", nil, apiv1.SlotHealth{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/quarantine", adminOnly, s.setSlotHealth(true), "Quarantine a slot (never placed until cleared)", apiv1.SlotHealthChange{}, apiv1.HealthEvent{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/clear", adminOnly, s.setSlotHealth(false), "Clear a slot's health (a quarantine needs a passed validation since it began)", apiv1.SlotHealthChange{}, apiv1.HealthEvent{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/slots/{index}/validate", adminOnly, s.validateSlot, "Queue a signed slot.validate (quick checks) on an idle slot", nil, map[string]string{}, 202},
+		{"GET", "/api/v1/admin/health", adminOnly, s.fleetHealth, "Fleet health by node, worst first", nil, apiv1.List[apiv1.NodeHealth]{}, 200},
+		{"GET", "/api/v1/admin/health/policy", adminOnly, s.healthPolicy, "The signal -> action policy table with sources", nil, apiv1.List[apiv1.HealthRule]{}, 200},
 		{"GET", "/api/v1/admin/skus", adminOnly, s.listSKUs, "List all SKUs", nil, apiv1.List[apiv1.SKU]{}, 200},
 		{"POST", "/api/v1/admin/skus", adminOnly, s.createSKU, "Add a SKU", apiv1.SKU{}, apiv1.SKU{}, 201},
 		{"PATCH", "/api/v1/admin/skus/{sku}", adminOnly, s.patchSKU, "Update a SKU", apiv1.SKUPatch{}, apiv1.SKU{}, 200},
@@ -288,6 +297,7 @@ func (s *Server) table() []route {
 		{"GET", replicaTerminalPath + "{session}/{side}", controllerOnly, s.attachRelayed, "Another controller replica's relayed end (side client or host) of a session this replica holds (Upgrade: gpuaas-terminal/1; controller certificate only)", nil, nil, 101},
 		{"GET", replicaRecordingPath + "{session}", controllerOnly, s.recordingForReplica, "A recording this replica wrote, for another replica serving it to an authorized caller (controller certificate only)", nil, nil, 200},
 		{"POST", "/api/v1/agent/heartbeat", nodeOnly, s.heartbeat, "Agent heartbeat with facts", apiv1.Heartbeat{}, nil, 204},
+		{"POST", "/api/v1/agent/health", nodeOnly, s.agentHealth, "Report health readings of the node's slots (applied through the policy table)", apiv1.HealthReport{}, apiv1.HealthReportResult{}, 200},
 	}
 }
 

@@ -60,9 +60,12 @@ type SKU struct {
 	NetworkFabric       string          `json:"network_fabric"`
 	ExclusiveNode       bool            `json:"exclusive_node"`
 	ResourceProfile     json.RawMessage `json:"resource_profile"`
-	Active              bool            `json:"active"`
-	CreatedAt           time.Time       `json:"created_at"`
-	UpdatedAt           time.Time       `json:"updated_at"`
+	// ValidationPolicy is what runs on a slot of this SKU after its wipe and before it is sold
+	// again: none, quick (docs/health.md). burn-in is reserved.
+	ValidationPolicy string    `json:"validation_policy,omitempty"`
+	Active           bool      `json:"active"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
 }
 
 // SKUPatch updates mutable SKU fields; nil fields are left as they are.
@@ -71,6 +74,7 @@ type SKUPatch struct {
 	AllowedGPUCounts    []int            `json:"allowed_gpu_counts,omitempty"`
 	GPUHourlyPriceMinor *int64           `json:"gpu_hourly_price_minor,omitempty"`
 	ResourceProfile     *json.RawMessage `json:"resource_profile,omitempty"`
+	ValidationPolicy    *string          `json:"validation_policy,omitempty"`
 	Active              *bool            `json:"active,omitempty"`
 }
 
@@ -164,7 +168,12 @@ type Slot struct {
 	StatusReason  string `json:"status_reason,omitempty"`
 	// NeedsWipe: the slot has held a claim since its last verified wipe; the database refuses
 	// to make it available until a verified, signed wipe proof is recorded.
-	NeedsWipe        bool            `json:"needs_wipe,omitempty"`
+	NeedsWipe bool `json:"needs_wipe,omitempty"`
+	// Health: healthy, degraded (still sold) or quarantined (never placed until an operator
+	// clears it after a passed validation), with the reason and since when (docs/health.md).
+	Health           string          `json:"health"`
+	HealthReason     string          `json:"health_reason,omitempty"`
+	HealthSince      *time.Time      `json:"health_since,omitempty"`
 	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
 	SharingModel     string          `json:"sharing_model"`
 	ProfileName      string          `json:"profile_name,omitempty"`
@@ -391,6 +400,9 @@ type Allocation struct {
 	// signed, verified wipe proofs ("2 disks sanitized (crypto erase) and verified at ...");
 	// it names no host or device. Show only, once released or failed.
 	Handover string `json:"handover,omitempty"`
+	// HealthEvents are the health events of the allocation's slots while it held them (show
+	// only), oldest first: what the hosts saw, never which host or device.
+	HealthEvents []HealthEvent `json:"health_events,omitempty"`
 }
 
 // AllocationSlot is one slot an allocation holds, as every caller may see it.

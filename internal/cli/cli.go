@@ -23,6 +23,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/config"
 	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
+	"github.com/gpuaas/gpuaas/internal/cli/healthcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
@@ -133,6 +134,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	add("admin",
 		nodes.NewCmdNodes(f),
 		slots.NewCmdSlots(f),
+		healthcmd.NewCmdHealth(f, nil),
 		topology.NewCmdTopology(f),
 		storage.NewCmdStorage(f),
 		images.NewCmdImages(f),

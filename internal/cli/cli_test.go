@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
+	"github.com/gpuaas/gpuaas/internal/cli/output"
 	"github.com/gpuaas/gpuaas/internal/task"
 )
 
@@ -358,11 +359,19 @@ func TestSlotsListAndShowHostCPUs(t *testing.T) {
 		{ID: "s1", SlotIndex: 1, Status: "reserved", NUMANode: &numa, VCPUCount: &vcpu, HostCPUs: "12-22,108-118", AllocationID: "a1",
 			CapacityMetadata: json.RawMessage(`{}`)},
 	}
-	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/admin/nodes/h200-01/slots": reply(200, apiv1.List[apiv1.Slot]{Items: slots})})
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	health := apiv1.SlotHealth{NodeName: "h200-01", SlotIndex: 0, Health: "quarantined", HealthReason: "GPU has fallen off the bus", HealthSince: &at,
+		Events: []apiv1.HealthEvent{{At: at, Source: "kernel", Signal: "xid:79", Action: "quarantine", HealthBefore: "healthy",
+			HealthAfter: "quarantined", Reason: "GPU has fallen off the bus"}},
+		Validations: []apiv1.SlotValidation{{Level: "quick", Passed: false, RecordedAt: at, Checks: []apiv1.ValidationCheck{
+			{Name: "pcie_config_space", Passed: false, Detail: "vendor id reads 0xffff"}, {Name: "device_reset", Simulated: true, Passed: true}}}}}
+	slots[0].Health = "quarantined"
+	fa := newFakeAPI(t, map[string]http.HandlerFunc{"GET /api/v1/admin/nodes/h200-01/slots": reply(200, apiv1.List[apiv1.Slot]{Items: slots}),
+		"GET /api/v1/admin/nodes/h200-01/slots/0/health": reply(200, health)})
 	r := run(t, fa.env(t), "slots", "list", "h200-01")
-	want := "INDEX  STATUS     NUMA  HOST CPUS      VCPUS  GPU PCI       NVME                    FABRIC VF     MAC                IP         ALLOCATION\n" +
-		"0      available  0     1-11,97-107    22     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1a:00.2  52:54:00:00:00:01  10.0.0.11  -\n" +
-		"1      reserved   0     12-22,108-118  22     -             -                       -             -                  -          a1\n"
+	want := "INDEX  STATUS     HEALTH       NUMA  HOST CPUS      VCPUS  GPU PCI       NVME                    FABRIC VF     MAC                IP         ALLOCATION\n" +
+		"0      available  quarantined  0     1-11,97-107    22     0000:1b:00.0  /dev/disk/by-id/nvme-a  0000:1a:00.2  52:54:00:00:00:01  10.0.0.11  -\n" +
+		"1      reserved   -            0     12-22,108-118  22     -             -                       -             -                  -          a1\n"
 	if r.Code != 0 || r.Out != want {
 		t.Fatalf("slots list: %d\n%s\nwant:\n%s", r.Code, r.Out, want)
 	}
@@ -378,7 +387,12 @@ func TestSlotsListAndShowHostCPUs(t *testing.T) {
 		"Wipe policy:  blkdiscard_zero_verify\n" +
 		"Fabric:       infiniband PF - VF 0000:1a:00.2\n" +
 		"MAC / IP:     52:54:00:00:00:01 10.0.0.11\n" +
-		"Allocation:   -\n"
+		"Allocation:   -\n" +
+		"Health:       quarantined (GPU has fallen off the bus) since " + output.TimePtr(&at) + "\n" +
+		"Validation:   quick failed at " + output.TimePtr(&at) + "\n" +
+		"                pcie_config_space: FAILED (vendor id reads 0xffff)\n" +
+		"                device_reset: simulated\n" +
+		"Events:       " + output.TimePtr(&at) + " kernel xid:79 healthy -> quarantined: GPU has fallen off the bus\n"
 	if r.Code != 0 || r.Out != want {
 		t.Fatalf("slots show: %d\n%s\nwant:\n%s", r.Code, r.Out, want)
 	}

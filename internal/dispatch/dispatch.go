@@ -656,6 +656,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 	if tr.Type == string(task.TypeWipeVerify) {
 		return d.applyRepair(ctx, tr)
 	}
+	if tr.Type == string(task.TypeSlotValidate) {
+		return d.applyValidation(ctx, tr)
+	}
 	if tr.Type == string(task.TypeReconcile) && tr.Status == "succeeded" {
 		return d.applyReconcile(ctx, tr)
 	}
@@ -702,6 +705,9 @@ func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
 			// A cleanup after a failed provision: the allocation stays failed, its slots
 			// return only with proof.
 			err = d.alloc.CleanupFailed(ctx, tr.AllocationID, proofs)
+		}
+		if err == nil {
+			err = d.queueValidations(ctx, tr.NodeID)
 		}
 		if err == nil && len(out.Wiped) > 0 {
 			err = d.st.InTx(ctx, func(tx *store.Tx) error {
@@ -876,6 +882,9 @@ func (d *Dispatcher) applyRepair(ctx context.Context, tr store.TaskRecord) error
 		proof.Error = tr.Error
 	}
 	err := d.alloc.RepairSlot(ctx, p.SlotID, proof)
+	if err == nil {
+		err = d.queueValidations(ctx, tr.NodeID)
+	}
 	if isConflict(err) {
 		d.log.Warn("wipe result for a slot not awaiting repair", "slot", p.SlotID, "err", err)
 		return nil

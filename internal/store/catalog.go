@@ -17,13 +17,13 @@ import (
 // image without a digest is never active.
 
 const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total, allowed_gpu_counts,
-	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at`
+	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at, validation_policy`
 
 func scanSKU(row pgx.Row, s *apiv1.SKU) error {
 	var counts []int32
 	err := row.Scan(&s.SKU, &s.Vendor, &s.DisplayName, &s.AcceleratorModel, &s.CapacityShape, &s.GPUsTotal, &counts,
 		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, rawJSON(&s.ResourceProfile), &s.Active,
-		&s.CreatedAt, &s.UpdatedAt)
+		&s.CreatedAt, &s.UpdatedAt, &s.ValidationPolicy)
 	s.AllowedGPUCounts = make([]int, len(counts))
 	for i, c := range counts {
 		s.AllowedGPUCounts[i] = int(c)
@@ -61,11 +61,15 @@ func (t *Tx) CreateSKU(ctx context.Context, in apiv1.SKU) (apiv1.SKU, error) {
 	if in.Currency == "" {
 		in.Currency = "USD"
 	}
+	if in.ValidationPolicy == "" {
+		in.ValidationPolicy = "none"
+	}
 	_, err := t.tx.Exec(ctx, `INSERT INTO sku_catalog (sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total,
-			allowed_gpu_counts, gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
+			allowed_gpu_counts, gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, validation_policy)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)`,
 		in.SKU, in.Vendor, in.DisplayName, in.AcceleratorModel, in.CapacityShape, in.GPUsTotal, in.AllowedGPUCounts,
-		in.GPUHourlyPriceMinor, in.Currency, in.NetworkFabric, in.CapacityShape == "baremetal", jsonObject(in.ResourceProfile), in.Active)
+		in.GPUHourlyPriceMinor, in.Currency, in.NetworkFabric, in.CapacityShape == "baremetal", jsonObject(in.ResourceProfile), in.Active,
+		in.ValidationPolicy)
 	if err != nil {
 		return apiv1.SKU{}, translate(err)
 	}
@@ -94,9 +98,12 @@ func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.
 	if p.Active != nil {
 		cur.Active = *p.Active
 	}
+	if p.ValidationPolicy != nil {
+		cur.ValidationPolicy = *p.ValidationPolicy
+	}
 	_, err = t.tx.Exec(ctx, `UPDATE sku_catalog SET display_name = $2, allowed_gpu_counts = $3, gpu_hourly_price_minor = $4,
-		resource_profile = $5, active = $6, updated_at = now() WHERE sku = $1`,
-		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active)
+		resource_profile = $5, active = $6, validation_policy = $7, updated_at = now() WHERE sku = $1`,
+		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active, cur.ValidationPolicy)
 	if err != nil {
 		return cur, translate(err)
 	}

@@ -73,7 +73,7 @@ const nodeLive = `n.status = 'active'
 
 // slotOK is the filter's slot-level part (slot s of node n): the slot's SKU, state and shape.
 const slotOK = `coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
-	  AND s.status = 'available' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
+	  AND s.status = 'available' AND s.health <> 'quarantined' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
 	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000
 	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL`
 
@@ -138,7 +138,7 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 0)::int AS grp,
 	  (SELECT count(DISTINCT c.allocation_id)::int FROM allocation_resource_claims c
 	   WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `) AS allocs
-	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available'
+	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available' AND s.health <> 'quarantined'
 	      GROUP BY s.numa_node, CASE WHEN s.numa_node IS NULL THEN s.id END) g)`
 
 // lockNodesInOrder ends a SELECT of nodes n that a statement updating many nodes runs first:
@@ -581,7 +581,7 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, a
 				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy',
 				'disk_identity', s.capacity_metadata->>'disk_identity')
 		FROM node_resource_slots s
-		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available'
+		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available' AND s.health <> 'quarantined'
 		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index
 		LIMIT $4
 		FOR UPDATE SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n)
@@ -615,9 +615,10 @@ const baremetalFilter = `
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
 	  AND n.sku = $1
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.node_id = n.id AND c.status IN ` + liveClaim + `)
-	  -- slices mid-release, or a disk without wipe proof, block the whole node for baremetal
+	  -- slices mid-release, a disk without wipe proof, or a quarantined slot block the whole node for baremetal
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots s WHERE s.node_id = n.id
-	                  AND s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed'))`
+	                  AND (s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed')
+	                       OR s.health = 'quarantined'))`
 
 // BaremetalCandidates lists whole nodes a baremetal request could take.
 func (t *Tx) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]BaremetalCandidate, error) {

@@ -19,7 +19,8 @@ const slotColumns = `s.id::text, s.node_id::text, s.slot_index, s.capacity_shape
 	s.network_device, s.fabric_pci_address, s.fabric_device_id, s.fabric_metadata, s.numa_node, s.vcpu_count,
 	s.memory_mib, s.host_cpus, s.mac_address, coalesce(host(s.private_ip), ''), s.capacity_metadata, s.health_metadata,
 	coalesce((SELECT c.allocation_id::text FROM allocation_resource_claims c
-	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at, s.needs_wipe`
+	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at, s.needs_wipe,
+	s.health, s.health_reason, s.health_since`
 
 func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 	var cpus []int
@@ -27,7 +28,8 @@ func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 		&s.SharingModel, &s.ProfileName, &s.GPUModel, &s.GPUCount, &s.PCIAddress, &s.GPUUUID, &s.MIGProfile,
 		&s.GPUMemoryMiB, &s.ComputeMilli, &s.MaxClaims, &s.NVMeDevice, &s.NetworkFabric, &s.NetworkDevice,
 		&s.FabricPCIAddress, &s.FabricDeviceID, &s.FabricMetadata, &s.NUMANode, &s.VCPUCount, &s.MemoryMiB,
-		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt, &s.NeedsWipe)
+		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt, &s.NeedsWipe,
+		&s.Health, &s.HealthReason, &s.HealthSince)
 	s.HostCPUs = cpuset.Format(cpus)
 	return err
 }

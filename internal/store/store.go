@@ -230,6 +230,11 @@ func translate(err error) error {
 				return &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: pgErr.Message +
 					" (run `gpuaasctl slots wipe NODE INDEX --apply --wait`: a verified wipe clears it)", Err: err}
 			}
+			if pgErr.ConstraintName == QuarantineFence || pgErr.ConstraintName == ClearNeedsValidation {
+				// A quarantined slot is never reserved, and is cleared only after a passed
+				// validation (migration 018): the request conflicts with the slot's state.
+				return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
+			}
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}
 		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}

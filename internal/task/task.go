@@ -25,6 +25,7 @@ const (
 	TypeTerminalOpen     Type = "terminal.open"
 	TypePrereqCheck      Type = "host.prereq_check"
 	TypeWipeVerify       Type = "slot.wipe_verify"
+	TypeSlotValidate     Type = "slot.validate"
 )
 
 // Known reports whether t is a task type this build understands.
@@ -120,6 +121,16 @@ type WipeVerify struct {
 	DiskIdentity string `json:"disk_identity,omitempty"`           // as Bundle.DiskIdentity
 }
 
+// SlotValidate is the payload of slot.validate: check one slot's devices before it is sold
+// again (docs/health.md). Level "quick": each PCI function present, config space readable, its
+// link at full width, no AER fatal or non-fatal errors, then a function reset read back.
+type SlotValidate struct {
+	SlotID   string `json:"slot_id"`
+	Level    string `json:"level"` // quick
+	GPUPCI   string `json:"gpu_pci"`
+	FabricVF string `json:"fabric_vf_pci,omitempty"`
+}
+
 // Reconcile is the payload of slice.reconcile: what the controller believes runs on the
 // node. The host compares it with libvirt, leases, DHCP reservations and disks.
 type Reconcile struct {
@@ -196,6 +207,7 @@ var payloadTypes = map[Type]func() any{
 	TypeTerminalOpen:     func() any { return &TerminalOpen{} },
 	TypePrereqCheck:      func() any { return &PrereqCheck{} },
 	TypeWipeVerify:       func() any { return &WipeVerify{} },
+	TypeSlotValidate:     func() any { return &SlotValidate{} },
 }
 
 // DecodePayload decodes an envelope's payload into the type's struct, rejecting unknown

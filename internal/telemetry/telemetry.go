@@ -39,6 +39,9 @@ type Registry struct {
 	tokens  map[string]string // allocation -> token
 	reports map[string]Report
 	file    string // where the tokens are kept ("" keeps them in memory only)
+	// OnReport, when set (before the handler serves), is called with each accepted report,
+	// after it is stored: hostd forwards the health part of it (docs/health.md).
+	OnReport func(allocationID string, body []byte)
 }
 
 // NewRegistry returns an empty registry that keeps its tokens in memory only.
@@ -196,10 +199,14 @@ func (r *Registry) Handler() http.Handler {
 			return
 		}
 		r.mu.Lock()
-		if _, still := r.tokens[alloc]; still {
+		_, still := r.tokens[alloc]
+		if still {
 			r.reports[alloc] = Report{AllocationID: alloc, ReceivedAt: time.Now().UTC(), Body: body}
 		}
 		r.mu.Unlock()
+		if still && r.OnReport != nil {
+			r.OnReport(alloc, body)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux

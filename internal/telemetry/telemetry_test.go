@@ -121,3 +121,30 @@ func TestTokensSurviveRestartPrivately(t *testing.T) {
 		t.Fatalf("corrupt tokens file: %v", err)
 	}
 }
+
+// OnReport sees each accepted report (and only those), after it is stored.
+func TestOnReportSeesAcceptedReports(t *testing.T) {
+	r := NewRegistry()
+	var got []string
+	r.OnReport = func(alloc string, body []byte) {
+		if _, ok := r.Latest(alloc); !ok {
+			t.Error("OnReport ran before the report was stored")
+		}
+		got = append(got, alloc+" "+string(body))
+	}
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	tok, _ := r.Register("a1")
+	if code := post(t, srv.URL, tok, `{"xid":[{"gpu_index":0,"code":79}]}`); code != 204 {
+		t.Fatalf("report = %d", code)
+	}
+	if code := post(t, srv.URL, "wrong", `{"xid":[]}`); code != 401 {
+		t.Fatalf("bad token = %d", code)
+	}
+	if code := post(t, srv.URL, tok, `[1]`); code != 400 {
+		t.Fatalf("not an object = %d", code)
+	}
+	if len(got) != 1 || got[0] != `a1 {"xid":[{"gpu_index":0,"code":79}]}` {
+		t.Fatalf("OnReport saw %q", got)
+	}
+}

@@ -75,6 +75,17 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 	if a.Handover != "" {
 		t.Row("Handover:", a.Handover)
 	}
+	for i, e := range a.HealthEvents {
+		label := ""
+		if i == 0 {
+			label = "Health:"
+		}
+		gpu := "allocation"
+		if e.SlotIndex != nil {
+			gpu = fmt.Sprintf("slot %d", *e.SlotIndex)
+		}
+		t.Row(label, fmt.Sprintf("%s %s %s (%s): %s", output.TimePtr(&e.At), gpu, e.Signal, e.HealthAfter, e.Reason))
+	}
 
 	for _, tk := range a.Tasks {
 		t.Blank()

@@ -18,6 +18,7 @@ type ReleaseOptions struct {
 	Client func() (*client.Client, error)
 
 	ID      string
+	Report  string
 	Yes     bool
 	Wait    bool
 	Timeout time.Duration
@@ -28,7 +29,7 @@ type ReleaseOptions struct {
 func NewCmdRelease(f *cmdutil.Factory, runF func(*ReleaseOptions) error) *cobra.Command {
 	opts := &ReleaseOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
-		Use:   "release ID [--yes]",
+		Use:   "release ID [--report TEXT] [--yes]",
 		Short: "Release an allocation (its VM is torn down and its disks wiped)",
 		Args:  cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,6 +44,7 @@ func NewCmdRelease(f *cmdutil.Factory, runF func(*ReleaseOptions) error) *cobra.
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask: the VM and its disks' data are gone for good")
+	cmd.Flags().StringVar(&opts.Report, "report", "", "report a problem (\"GPU 1 Xid 79 during training\"): the slots are held for operator review")
 	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait until released, showing the host's phases as they complete")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
@@ -57,7 +59,12 @@ func releaseRun(ctx context.Context, opts *ReleaseOptions) error {
 	if opts.ID, err = cmdutil.AllocationID(ctx, c, opts.ID); err != nil {
 		return err
 	}
-	a, err := c.ReleaseAllocation(ctx, opts.ID)
+	var a *apiv1.Allocation
+	if opts.Report != "" {
+		a, err = c.ReleaseAllocationWithReport(ctx, opts.ID, opts.Report)
+	} else {
+		a, err = c.ReleaseAllocation(ctx, opts.ID)
+	}
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func NewCmdShow(f *cmdutil.Factory, runF func(*ShowOptions) error) *cobra.Comman
 	opts := &ShowOptions{IO: f.IO, Client: f.Client}
 	cmd := &cobra.Command{
 		Use:   "show NODE INDEX",
-		Short: "Show one slot: its devices, NUMA node, host CPU set, status and allocation",
+		Short: "Show one slot: its devices, NUMA node, host CPU set, status, allocation, health and validations",
 		Args:  cmdutil.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Node = args[0]
@@ -59,15 +59,25 @@ func showRun(ctx context.Context, opts *ShowOptions) error {
 	}
 	for _, s := range slots {
 		if s.SlotIndex == opts.Index {
-			return printSlot(opts.IO.Out, opts.Output, s)
+			h, err := c.SlotHealth(ctx, opts.Node, opts.Index)
+			if err != nil {
+				return err
+			}
+			return printSlot(opts.IO.Out, opts.Output, s, h)
 		}
 	}
 	return fmt.Errorf("node %s has no slot %d", opts.Node, opts.Index)
 }
 
-// printSlot is one slot, a field a line.
-func printSlot(w io.Writer, o output.Format, s apiv1.Slot) error {
-	return output.Print(w, o, s, func(t *output.TableWriter) {
+// printSlot is one slot, a field a line, with its health; as JSON or YAML, the slot's fields
+// with its health events and validations beside them.
+func printSlot(w io.Writer, o output.Format, s apiv1.Slot, h *apiv1.SlotHealth) error {
+	v := struct {
+		apiv1.Slot
+		HealthEvents []apiv1.HealthEvent    `json:"health_events"`
+		Validations  []apiv1.SlotValidation `json:"validations"`
+	}{s, h.Events, h.Validations}
+	return output.Print(w, o, v, func(t *output.TableWriter) {
 		var md map[string]any
 		_ = json.Unmarshal(s.CapacityMetadata, &md)
 		vf, _ := md["fabric_vf_pci_address"].(string)
@@ -88,5 +98,6 @@ func printSlot(w io.Writer, o output.Format, s apiv1.Slot) error {
 		t.Row("Fabric:", output.Dash(s.NetworkFabric)+" PF "+output.Dash(s.FabricPCIAddress)+" VF "+output.Dash(vf))
 		t.Row("MAC / IP:", output.Dash(s.MACAddress)+" "+output.Dash(s.PrivateIP))
 		t.Row("Allocation:", output.Dash(s.AllocationID))
+		printHealth(t, h)
 	})
 }

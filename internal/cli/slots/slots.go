@@ -1,6 +1,6 @@
 // Package slots is `gpuaasctl slots`: a node's approved slot map (one GPU with its NUMA-local
 // NVMe and fabric VF per slot, and its own host CPU set): list and show it, apply a reviewed map, approve discovered candidates,
-// take slots out of service and repair them (admin).
+// take slots out of service and repair them, quarantine and clear them (admin).
 package slots
 
 import (
@@ -27,17 +27,20 @@ func NewCmdSlots(f *cmdutil.Factory) *cobra.Command {
 		NewCmdEnable(f, nil),
 		NewCmdApprove(f, nil),
 		NewCmdWipe(f, nil),
+		NewCmdQuarantine(f, nil),
+		NewCmdClear(f, nil),
+		NewCmdValidate(f, nil),
 	)
 }
 
 func printSlots(w io.Writer, o output.Format, v any, slots []apiv1.Slot) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Header("slots", len(slots), "INDEX", "STATUS", "NUMA", "HOST CPUS", "VCPUS", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
+		t.Header("slots", len(slots), "INDEX", "STATUS", "HEALTH", "NUMA", "HOST CPUS", "VCPUS", "GPU PCI", "NVME", "FABRIC VF", "MAC", "IP", "ALLOCATION")
 		for _, s := range slots {
 			var md map[string]any
 			_ = json.Unmarshal(s.CapacityMetadata, &md)
 			vf, _ := md["fabric_vf_pci_address"].(string)
-			t.Row(s.SlotIndex, s.Status, output.IntPtr(s.NUMANode), output.Dash(s.HostCPUs), output.IntPtr(s.VCPUCount),
+			t.Row(s.SlotIndex, s.Status, output.Dash(s.Health), output.IntPtr(s.NUMANode), output.Dash(s.HostCPUs), output.IntPtr(s.VCPUCount),
 				output.Dash(s.PCIAddress), output.Dash(s.NVMeDevice), output.Dash(vf), output.Dash(s.MACAddress),
 				output.Dash(s.PrivateIP), output.Dash(s.AllocationID))
 		}

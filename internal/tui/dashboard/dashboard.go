@@ -218,13 +218,13 @@ func (m Model) numaView() string {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	lines := []string{fmt.Sprintf("%s: slot occupancy by NUMA group   (. free  # in use  ~ moving  x blocked)", m.selected)}
+	lines := []string{fmt.Sprintf("%s: slot occupancy by NUMA group   (. free  # in use  ~ moving  x blocked  Q quarantined  d degraded)", m.selected)}
 	for _, k := range keys {
 		ss := groups[k]
 		sort.Slice(ss, func(i, j int) bool { return ss[i].SlotIndex < ss[j].SlotIndex })
 		var cells, idx []string
 		for _, s := range ss {
-			cells = append(cells, cell(s.Status))
+			cells = append(cells, healthCell(s))
 			idx = append(idx, fmt.Sprint(s.SlotIndex))
 		}
 		lines = append(lines, fmt.Sprintf("NUMA %-2s [%s]  slots %s", k, strings.Join(cells, ""), strings.Join(idx, ",")))
@@ -233,6 +233,18 @@ func (m Model) numaView() string {
 		lines = append(lines, "no approved slots")
 	}
 	return box.Render(strings.Join(lines, "\n"))
+}
+
+// healthCell is a slot's cell with its health: a quarantined slot is Q whatever its status (it
+// is never sold); a degraded one that is free is d (sold, under watch).
+func healthCell(s apiv1.Slot) string {
+	switch {
+	case s.Health == apiv1.HealthQuarantined:
+		return "Q"
+	case s.Health == apiv1.HealthDegraded && s.Status == "available":
+		return "d"
+	}
+	return cell(s.Status)
 }
 
 func cell(status string) string {

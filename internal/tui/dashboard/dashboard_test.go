@@ -37,8 +37,9 @@ func (f *fleet) fetch(_ context.Context, node string) (Snapshot, error) {
 	var slots []apiv1.Slot
 	if node == "" || node == "h200-01" {
 		st := []string{"active", "active", "available", "releasing", "available", "available", "cleanup_blocked", "available"}
+		health := map[int]string{5: "quarantined", 7: "degraded"}
 		for i, s := range st {
-			slots = append(slots, apiv1.Slot{SlotIndex: i, Status: s, NUMANode: numa(i / 4)})
+			slots = append(slots, apiv1.Slot{SlotIndex: i, Status: s, NUMANode: numa(i / 4), Health: health[i]})
 		}
 	} else {
 		for i := 0; i < 8; i++ {
@@ -78,7 +79,7 @@ func TestDashboardNavigatesAndShowsTheSelectedNode(t *testing.T) {
 func TestDashboardGolden(t *testing.T) {
 	f := &fleet{}
 	tm := teatest.NewTestModel(t, New(f.fetch, 0, func() time.Time { return t0 }), teatest.WithInitialTermSize(120, 40))
-	waitFor(t, tm, "NUMA 1  [..x.]")
+	waitFor(t, tm, "NUMA 1  [.Qxd]")
 	tm.Send(tea.KeyMsg{Type: tea.KeyCtrlC})
 	fm := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second))
 	teatest.RequireEqualOutput(t, []byte(fm.View()))
