@@ -82,7 +82,7 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 			}
 			var indexes []int
 			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				claims, slotIDs, idx, err := lockChoice(ctx, sp, ch.NodeID, ch.SlotIDs, alternates(ch, kept))
+				claims, slotIDs, idx, err := lockChoice(ctx, sp, ch.NodeID, ch.SlotIDs, alternates(ch, kept), "")
 				indexes = idx
 				if err != nil {
 					return err
