@@ -77,7 +77,8 @@ func (t *Tx) InsertReservation(ctx context.Context, nr NewReservation) (string, 
 		id, uuidArg(nr.TenantID), nr.SKU, nr.Region, uuidArg(nr.NodeID), nr.GPUs, price, nr.EndsAt)
 	b.Queue(`WITH s AS (UPDATE node_resource_slots SET reservation_id = $1
 			WHERE id = ANY($2::uuid[]) AND node_id = $3::uuid AND status = 'available' AND reservation_id IS NULL RETURNING node_id)
-		INSERT INTO node_capacity_dirty (node_id) SELECT DISTINCT node_id FROM s`, id, uuidsArg(nr.SlotIDs), uuidArg(nr.NodeID))
+		, d AS (INSERT INTO node_capacity_dirty (node_id) SELECT DISTINCT node_id FROM s)
+		SELECT count(*) FROM s`, id, uuidsArg(nr.SlotIDs), uuidArg(nr.NodeID))
 	rec := nr.Audit
 	rec.TargetID = id
 	if err := queueAudit(b, rec); err != nil {
@@ -88,11 +89,11 @@ func (t *Tx) InsertReservation(ctx context.Context, nr NewReservation) (string, 
 	if _, err := br.Exec(); err != nil {
 		return "", translate(err)
 	}
-	tag, err := br.Exec()
-	if err != nil {
+	var held int
+	if err := br.QueryRow().Scan(&held); err != nil {
 		return "", translate(err)
 	}
-	if int(tag.RowsAffected()) != len(nr.SlotIDs) {
+	if held != len(nr.SlotIDs) {
 		return "", &DBError{Kind: ErrConflict, Detail: "a slot to hold is no longer available", Err: errors.New("slot taken")}
 	}
 	if _, err := br.Exec(); err != nil {
