@@ -108,6 +108,18 @@ func TestReservationHoldsSlotsForItsTenant(t *testing.T) {
 	if err != nil || got.InUse != 2 || got.Free != 2 || got.Node == "" || got.Node == "n1" {
 		t.Fatalf("tenant's view = %+v, %v", got, err)
 	}
+	// Explain inside the reservation: the tenant's answer in words, no host.
+	ex, err := b.svc.Explain(b.ctx, b.tenant, apiv1.PlacementRequest{GPUs: 2, ReservationID: res.ID})
+	if err != nil || !ex.Feasible || len(ex.Choices) != 0 {
+		t.Fatalf("explain inside the reservation = %+v, %v", ex, err)
+	}
+	ex, err = b.svc.Explain(b.ctx, b.admin, apiv1.PlacementRequest{GPUs: 4, ReservationID: res.ID})
+	if err != nil || ex.Feasible || ex.Reason != apiv1.ReasonReservationFull {
+		t.Fatalf("admin's explain of 4 GPUs in a reservation with 2 free = %+v, %v", ex, err)
+	}
+	if _, err := b.svc.Explain(b.ctx, b.other, apiv1.PlacementRequest{GPUs: 1, ReservationID: res.ID}); !isCode(err, apiv1.CodeNotFound) {
+		t.Fatalf("another tenant's explain inside the reservation: %v", err)
+	}
 	// More than it has free: says so.
 	reason, d := unavailableReason(t, func() error { _, err := b.createIn(b.tenant, res.ID, 4); return err }())
 	if reason != apiv1.ReasonReservationFull || d["free_slots"] != 2 {
