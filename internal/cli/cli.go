@@ -25,6 +25,8 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
+	"github.com/gpuaas/gpuaas/internal/cli/quota"
+	"github.com/gpuaas/gpuaas/internal/cli/reservations"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
 	"github.com/gpuaas/gpuaas/internal/cli/slots"
 	"github.com/gpuaas/gpuaas/internal/cli/sshcmd"
@@ -126,6 +128,8 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		skus.NewCmdSKUs(f),
 		capacity.NewCmdCapacity(f, nil),
 		alloc.NewCmdAlloc(f),
+		reservations.NewCmdReservations(f),
+		quota.NewCmdQuota(f, nil),
 		sshcmd.NewCmdSSH(f, nil),
 		sshcmd.NewCmdSSHConfig(f),
 		sshcmd.NewCmdSessions(f),
