@@ -91,7 +91,7 @@ Exit status:
   3  unauthorized or forbidden, or no token configured
   4  not_found
   5  conflict, idempotency_key_reused
-  6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain')
+  6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain'), quota_exceeded
   7  controller unreachable, or unavailable (retryable)`
 
 // NewCmdRoot builds the gpuaasctl command tree around f.
