@@ -428,3 +428,23 @@ func TestReservationExpiryUnderLoad(t *testing.T) {
 	}
 	b.invariants()
 }
+
+// A baremetal allocation takes a whole node, so never one with held slots: placement passes
+// such a node by, and the database refuses its exclusive claim.
+func TestBaremetalNeverTakesANodeWithHeldSlots(t *testing.T) {
+	b := setup(t)
+	n := b.addNode("n1", 1)
+	b.reserve(b.tenant, 1)
+	if reason, _ := unavailableReason(t, func() error { _, err := b.create(b.other, "h200-sxm-baremetal-8g", 8); return err }()); reason != apiv1.ReasonNoCapacity {
+		t.Fatalf("reason = %s", reason)
+	}
+	err := b.st.InTx(b.ctx, func(tx *store.Tx) error {
+		_, err := tx.InsertAllocation(b.ctx, store.NewAllocation{TenantID: b.other.TenantID, SKU: "h200-sxm-baremetal-8g",
+			CapacityShape: "baremetal", GPUs: 8, Region: "lab", NodeID: n.ID, PriceSnapshot: map[string]any{}},
+			[]store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID, Snapshot: json.RawMessage(`{}`)}})
+		return err
+	})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("an exclusive claim on a node with held slots: %v", err)
+	}
+}

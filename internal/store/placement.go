@@ -625,9 +625,11 @@ const baremetalFilter = `
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
 	  AND n.sku = $1
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.node_id = n.id AND c.status IN ` + liveClaim + `)
-	  -- slices mid-release, or a disk without wipe proof, block the whole node for baremetal
+	  -- slices mid-release, a disk without wipe proof, or a slot a capacity reservation holds
+	  -- block the whole node for baremetal
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots s WHERE s.node_id = n.id
-	                  AND s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed'))`
+	                  AND (s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed')
+	                       OR s.reservation_id IS NOT NULL))`
 
 // BaremetalCandidates lists whole nodes a baremetal request could take.
 func (t *Tx) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]BaremetalCandidate, error) {

@@ -169,15 +169,22 @@ CREATE TRIGGER slots_reservation_hold BEFORE UPDATE OF status ON node_resource_s
     FOR EACH ROW WHEN (NEW.reservation_id IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status AND NEW.status = 'reserved')
     EXECUTE FUNCTION slots_reservation_hold();
 
--- A reservation takes only available slots of its own node, while it is active; a slot that
--- changes hands between reservations goes through no reservation (NULL) first.
+-- A reservation takes only available slots of its own node, while it is active, and none of a
+-- node a baremetal allocation holds; a slot that changes hands between reservations goes
+-- through no reservation (NULL) first. The node row is locked FOR KEY SHARE, as a slot claim
+-- locks it (migration 001): a baremetal claim (FOR UPDATE) and a hold serialise and then see
+-- each other.
 CREATE FUNCTION slots_reservation_take() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     r capacity_reservations%ROWTYPE;
 BEGIN
+    PERFORM 1 FROM nodes WHERE id = NEW.node_id FOR KEY SHARE;
     SELECT * INTO r FROM capacity_reservations WHERE id = NEW.reservation_id;
     IF NEW.status <> 'available' OR r.status <> 'active' OR r.node_id <> NEW.node_id
-       OR (TG_OP = 'UPDATE' AND OLD.reservation_id IS NOT NULL) THEN
+       OR (TG_OP = 'UPDATE' AND OLD.reservation_id IS NOT NULL)
+       OR EXISTS (SELECT 1 FROM allocation_resource_claims c
+                  WHERE c.node_id = NEW.node_id AND c.claim_kind = 'node_exclusive'
+                    AND c.status IN ('reserved', 'provisioning', 'active', 'releasing')) THEN
         RAISE EXCEPTION 'slot % cannot be held by capacity reservation %: a reservation takes available slots of its node only',
             NEW.slot_index, NEW.reservation_id
             USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'slot_reservation_take';
@@ -191,7 +198,25 @@ CREATE TRIGGER slots_reservation_take_insert BEFORE INSERT ON node_resource_slot
     FOR EACH ROW WHEN (NEW.reservation_id IS NOT NULL)
     EXECUTE FUNCTION slots_reservation_take();
 
+-- A baremetal allocation takes the whole node: none of its slots may be held. The trigger
+-- fires for node_exclusive claims only, after claims_mutual_exclusion (triggers fire in name
+-- order) has locked the node FOR UPDATE, so a concurrent hold has committed or waits.
+CREATE FUNCTION claims_node_unheld() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM node_resource_slots s WHERE s.node_id = NEW.node_id AND s.reservation_id IS NOT NULL) THEN
+        RAISE EXCEPTION 'node % has slots held by a capacity reservation', NEW.node_id
+            USING ERRCODE = 'exclusion_violation', CONSTRAINT = 'claim_node_reservation_hold';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER claims_node_unheld BEFORE INSERT ON allocation_resource_claims
+    FOR EACH ROW WHEN (NEW.claim_kind = 'node_exclusive')
+    EXECUTE FUNCTION claims_node_unheld();
+
 ---- create above / drop below ----
+
+DROP TRIGGER IF EXISTS claims_node_unheld ON allocation_resource_claims;
+DROP FUNCTION IF EXISTS claims_node_unheld();
 
 DROP TRIGGER IF EXISTS slots_reservation_take_insert ON node_resource_slots;
 DROP TRIGGER IF EXISTS slots_reservation_take ON node_resource_slots;
