@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -446,5 +447,30 @@ func TestBaremetalNeverTakesANodeWithHeldSlots(t *testing.T) {
 	})
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("an exclusive claim on a node with held slots: %v", err)
+	}
+}
+
+// The invariant checker reports a held slot claimed from outside its reservation (written
+// with the database's checks switched off, as a row from before them would be).
+func TestInvariantsCatchAClaimOnAHeldSlot(t *testing.T) {
+	b := setup(t)
+	b.addNode("n1", 1)
+	res := b.reserve(b.tenant, 1)
+	a := b.mustCreate(1)
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	if _, err := conn.Exec(b.ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(b.ctx, `UPDATE node_resource_slots s SET reservation_id = $1 FROM allocation_resource_claims c
+		WHERE c.slot_id = s.id AND c.allocation_id = $2`, res.ID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	v, err := b.st.Invariants(b.ctx)
+	if err != nil || len(v) != 1 || !strings.Contains(v[0], "claimed by an allocation outside it") {
+		t.Fatalf("invariants = %v, %v", v, err)
 	}
 }
