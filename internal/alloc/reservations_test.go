@@ -43,6 +43,21 @@ func (b *testBundle) sql(query string, args ...any) {
 	}
 }
 
+// hint is node's best-fit hint (nodes.available_slots).
+func (b *testBundle) hint(node string) int {
+	b.t.Helper()
+	conn, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer conn.Close(b.ctx)
+	var n int
+	if err := conn.QueryRow(b.ctx, `SELECT available_slots FROM nodes WHERE name = $1`, node).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}
+
 // heldSlots is the slot indexes of node a reservation holds.
 func (b *testBundle) heldSlots(node, reservation string) []int {
 	b.t.Helper()
@@ -76,6 +91,9 @@ func TestReservationHoldsSlotsForItsTenant(t *testing.T) {
 		t.Fatalf("4 GPUs held on slots %v; want one NUMA group", held)
 	}
 	b.refreshCapacity()
+	if hint := b.hint("n1"); hint != 4 {
+		t.Fatalf("best-fit hint %d with 4 of 8 slots held; want 4 (held slots are not the fleet's)", hint)
+	}
 	// The other tenant gets the other group, then nothing.
 	o, err := b.create(b.other, "h200-sxm-slice", 4)
 	if err != nil {
@@ -149,6 +167,10 @@ func TestReservationHoldsSlotsForItsTenant(t *testing.T) {
 	}
 	if got := b.heldSlots("n1", res.ID); len(got) != 0 {
 		t.Fatalf("a cancelled reservation still holds %v", got)
+	}
+	b.refreshCapacity()
+	if hint := b.hint("n1"); hint != 0 {
+		t.Fatalf("best-fit hint %d once every slot is in use; want 0", hint)
 	}
 	if _, err := b.createIn(b.tenant, res.ID, 1); !isCode(err, apiv1.CodeConflict) {
 		t.Fatalf("a create inside a cancelled reservation: %v", err)

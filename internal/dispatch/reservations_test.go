@@ -15,7 +15,9 @@ import (
 )
 
 // Two controller replicas' background loops expire a reservation whose end has come: it ends
-// (expired), and its slots return to the fleet and its best-fit count.
+// (expired), and its slots return to the fleet. (Its best-fit hint is checked with one
+// refresher in internal/alloc: two replicas' refreshes racing may leave a stale hint, which
+// costs placement a fleet-wide read, never capacity.)
 func TestReplicasExpireDueReservations(t *testing.T) {
 	w := setup(t, dispatch.Config{ReapEvery: 20 * time.Millisecond})
 	_, privB, _ := ed25519.GenerateKey(rand.Reader)
@@ -43,16 +45,15 @@ func TestReplicasExpireDueReservations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var hint, held int
-		if err := conn.QueryRow(ctx, `SELECT n.available_slots, (SELECT count(*) FROM node_resource_slots s WHERE s.reservation_id = $2)
-			FROM nodes n WHERE n.id = $1`, w.node.ID, res.ID).Scan(&hint, &held); err != nil {
+		var held int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM node_resource_slots s WHERE s.reservation_id = $1`, res.ID).Scan(&held); err != nil {
 			t.Fatal(err)
 		}
-		if got.Status == apiv1.ReservationExpired && held == 0 && hint == 8 {
+		if got.Status == apiv1.ReservationExpired && held == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reservation %s, %d slots held, hint %d; want expired, none held, 8", got.Status, held, hint)
+			t.Fatalf("reservation %s, %d slots held; want expired, none held", got.Status, held)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -21,6 +21,11 @@ var constraintWords = map[string]string{
 	"allocations_sku_fkey":                       "SKU not found",
 	"allocations_os_image_id_fkey":               "image not found",
 	"node_resource_slots_node_id_slot_index_key": "that slot index already exists on the node",
+	"tenant_quotas_tenant_id_fkey":               "tenant not found",
+	"tenant_quotas_sku_fkey":                     "SKU not found",
+	"capacity_reservations_tenant_id_fkey":       "tenant not found",
+	"capacity_reservations_sku_fkey":             "SKU not found",
+	"allocations_reservation_id_fkey":            "reservation not found",
 }
 
 // inOurWords is the message a database error may carry to a client. Our own triggers and
