@@ -102,8 +102,9 @@ func TestReservationHoldsSlotsForItsTenant(t *testing.T) {
 	if _, idx := b.placed(o); slices.Equal(idx, held) {
 		t.Fatalf("another tenant took the reserved slots %v", idx)
 	}
-	if reason, _ := unavailableReason(t, func() error { _, err := b.create(b.other, "h200-sxm-slice", 1); return err }()); reason != apiv1.ReasonNoCapacity {
-		t.Fatalf("reason = %s", reason)
+	if reason, d := unavailableReason(t, func() error { _, err := b.create(b.other, "h200-sxm-slice", 1); return err }()); reason != apiv1.ReasonNoCapacity ||
+		d["held_by_reservations"] != 4 {
+		t.Fatalf("reason = %s, details %v; want no_capacity with 4 slots held by reservations", reason, d)
 	}
 	// Nor does the reserving tenant outside its reservation.
 	if _, err := b.create(b.tenant, "h200-sxm-slice", 1); err == nil {

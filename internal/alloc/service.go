@@ -219,6 +219,7 @@ func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.
 	details["blocked_by_storage_policy"] = b.StoragePolicy
 	details["on_draining_nodes"] = b.OnDrainingNodes
 	details["on_simulated_nodes"] = b.OnSimulatedNodes
+	details["held_by_reservations"] = b.HeldByReservations
 	switch {
 	case b.OnSimulatedNodes > 0 && out.FreeSlots+b.OnSimulatedNodes >= r.gpus:
 		return unavailable(apiv1.ReasonSimulatedHosts, fmt.Sprintf(
@@ -238,6 +239,9 @@ func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.
 	}
 	if out.FreeSlots > 0 {
 		msg += fmt.Sprintf(" (%d schedulable slots free)", out.FreeSlots)
+	}
+	if b.HeldByReservations > 0 {
+		msg += fmt.Sprintf("; %d free slots are held by capacity reservations, for creates inside them", b.HeldByReservations)
 	}
 	return unavailable(apiv1.ReasonNoCapacity, msg, details)
 }

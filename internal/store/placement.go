@@ -48,6 +48,10 @@ var sliceBaseAnyRuntime = `
 	WHERE ` + fleetWide(nodeLive) + `
 	  AND ` + slotOK
 
+// sliceBaseAnyHold is sliceBaseAnyRuntime with the slots capacity reservations hold, for the
+// diagnosis to count them.
+var sliceBaseAnyHold = strings.Replace(sliceBaseAnyRuntime, unheld, "true", 1)
+
 // nodeOK is the filter's node-level part: what node n must meet for any of its slots to be a candidate.
 const nodeOK = simulatedOK + `
 	  AND ` + nodeLive
@@ -423,6 +427,9 @@ type Blockers struct {
 	// OnSimulatedNodes counts otherwise-eligible slots on simulated nodes that this session
 	// may not sell (simulatedOK).
 	OnSimulatedNodes int
+	// HeldByReservations counts otherwise-eligible slots that capacity reservations hold
+	// (for their tenants' creates inside them only).
+	HeldByReservations int
 }
 
 // SliceBlockers explains why fewer slots than requested are candidates.
@@ -437,15 +444,18 @@ func (t *Tx) SliceBlockers(ctx context.Context, pq PlacementQuery) (Blockers, er
 
 func sliceBlockers(ctx context.Context, q querier, pq PlacementQuery) (Blockers, error) {
 	var b Blockers
-	err := q.QueryRow(ctx, `WITH every AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok,
-		          `+simulatedOK+` AS sim_ok `+sliceBaseAnyRuntime+`),
+	err := q.QueryRow(ctx, `WITH anyhold AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok,
+		          `+simulatedOK+` AS sim_ok, s.reservation_id IS NOT NULL AS held `+sliceBaseAnyHold+`),
+		every AS (SELECT * FROM anyhold WHERE NOT held),
 		base AS (SELECT * FROM every WHERE sim_ok)
 		SELECT count(*) FILTER (WHERE draining AND storage_ok AND fabric_ok),
 		       count(*) FILTER (WHERE NOT fabric_ok),
 		       count(*) FILTER (WHERE fabric_ok AND NOT storage_ok),
 		       coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM base WHERE draining AND storage_ok AND fabric_ok GROUP BY node_id) x), 0),
-		       (SELECT count(*) FROM every WHERE NOT sim_ok AND NOT draining AND storage_ok AND fabric_ok)
-		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode, &b.OnSimulatedNodes)
+		       (SELECT count(*) FROM every WHERE NOT sim_ok AND NOT draining AND storage_ok AND fabric_ok),
+		       (SELECT count(*) FROM anyhold WHERE held AND sim_ok AND NOT draining AND storage_ok AND fabric_ok)
+		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode, &b.OnSimulatedNodes,
+		&b.HeldByReservations)
 	return b, translate(err)
 }
 
