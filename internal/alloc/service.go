@@ -500,7 +500,8 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		return false, nil // every choice here was taken: the next window
 	}
 	if r.reservation != "" {
-		return id, s.placeInReservation(ctx, tx, r, try, func() bool { return id != "" })
+		err := s.placeInReservation(ctx, tx, r, try, func() bool { return id != "" })
+		return id, err
 	}
 	for round := 0; ; round++ {
 		attempts = 0
