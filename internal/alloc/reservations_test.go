@@ -342,6 +342,20 @@ func TestReservationThatCannotBeMetSaysWhy(t *testing.T) {
 	if _, err := b.svc.CreateReservation(b.ctx, b.tenant, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1, DurationSeconds: -5}); !isCode(err, apiv1.CodeInvalidRequest) {
 		t.Fatalf("a negative duration: %v", err)
 	}
+	if _, err := b.svc.CreateReservation(b.ctx, b.admin, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1}); !isCode(err, apiv1.CodeInvalidRequest) {
+		t.Fatalf("an admin's reservation for no tenant: %v", err)
+	}
+	if _, err := b.svc.CreateReservation(b.ctx, b.tenant, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1, TenantID: b.other.TenantID}); !isCode(err, apiv1.CodeForbidden) {
+		t.Fatalf("a tenant reserving for another: %v", err)
+	}
+	// An admin reserves for a tenant: the tenant's, shown to the admin with the node's name.
+	r, err := b.svc.CreateReservation(b.ctx, b.admin, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 2, TenantID: b.tenant.TenantID})
+	if err != nil || r.TenantID != b.tenant.TenantID || (r.Node != "n1" && r.Node != "n2") {
+		t.Fatalf("admin's reservation for the tenant = %+v, %v", r, err)
+	}
+	if _, err := b.svc.GetReservation(b.ctx, b.tenant, r.ID); err != nil {
+		t.Fatalf("the tenant reads the reservation an admin made for it: %v", err)
+	}
 }
 
 // Quotas count held GPUs: a reservation and creates outside it share the GPU limit, while
