@@ -236,6 +236,16 @@ func TestDatabaseRefusesClaimOnHeldSlot(t *testing.T) {
 	if _, err := conn.Exec(b.ctx, `UPDATE node_resource_slots SET reservation_id = $1 WHERE id = $2`, other, slotID); err == nil {
 		t.Fatal("a reservation took a slot another holds and an allocation uses")
 	}
+	// A reservation keeps its size, and an ended one stays ended.
+	if _, err := conn.Exec(b.ctx, `UPDATE capacity_reservations SET gpus = 8 WHERE id = $1`, res.ID); err == nil {
+		t.Fatal("a reservation grew without placement")
+	}
+	if _, err := conn.Exec(b.ctx, `UPDATE capacity_reservations SET status = 'cancelled', ended_at = now() WHERE id = $1`, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(b.ctx, `UPDATE capacity_reservations SET status = 'active', ended_at = NULL WHERE id = $1`, other); err == nil {
+		t.Fatal("an ended reservation became active again")
+	}
 	b.invariants()
 }
 

@@ -39,12 +39,17 @@ CREATE TABLE capacity_reservations (
 CREATE INDEX capacity_reservations_tenant ON capacity_reservations (tenant_id, created_at DESC);
 CREATE INDEX capacity_reservations_due ON capacity_reservations (ends_at) WHERE status = 'active' AND ends_at IS NOT NULL;
 
--- An ended reservation stays ended.
+-- An ended reservation stays ended, and a reservation keeps its tenant, node and size (its
+-- held slots and the quotas that counted it were decided for them).
 CREATE FUNCTION capacity_reservations_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.status <> 'active' THEN
         RAISE EXCEPTION 'capacity reservation % has already ended (%)', OLD.id, OLD.status
             USING ERRCODE = 'check_violation', CONSTRAINT = 'capacity_reservation_ended';
+    END IF;
+    IF OLD.node_id <> NEW.node_id OR OLD.tenant_id <> NEW.tenant_id OR OLD.gpus <> NEW.gpus THEN
+        RAISE EXCEPTION 'capacity reservation % keeps its tenant, node and size', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'capacity_reservation_fixed';
     END IF;
     RETURN NEW;
 END $$;
