@@ -126,6 +126,11 @@ CREATE FUNCTION allocations_quota_check() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     r capacity_reservations%ROWTYPE;
 BEGIN
+    -- The common case, no quota and no reservation, in one probe and no nested call.
+    IF NEW.reservation_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM tenant_quotas q WHERE q.tenant_id = NEW.tenant_id AND q.sku = NEW.sku) THEN
+        RETURN NEW;
+    END IF;
     IF NEW.reservation_id IS NOT NULL THEN
         SELECT * INTO r FROM capacity_reservations WHERE id = NEW.reservation_id FOR KEY SHARE;
         IF NOT FOUND OR r.tenant_id <> NEW.tenant_id OR r.sku <> NEW.sku THEN
