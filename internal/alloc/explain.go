@@ -40,8 +40,14 @@ func forTenant(req apiv1.PlacementRequest, ex apiv1.PlacementExplain) apiv1.Plac
 	}
 	out := apiv1.PlacementExplain{Feasible: true}
 	what := fmt.Sprintf("%d GPUs of %s", req.GPUs, req.SKU)
+	if req.SKU == "" {
+		what = fmt.Sprintf("%d GPUs", req.GPUs)
+	}
 	if req.Region != "" {
 		what += " in region " + req.Region
+	}
+	if req.ReservationID != "" {
+		what += " in reservation " + req.ReservationID
 	}
 	best := ex.Choices[0]
 	switch n := len(best.NUMANodes); {
@@ -59,6 +65,9 @@ func forTenant(req apiv1.PlacementRequest, ex apiv1.PlacementExplain) apiv1.Plac
 
 func (s *Service) explain(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
 	var out apiv1.PlacementExplain
+	if req.ReservationID != "" {
+		return s.explainInReservation(ctx, actor, req)
+	}
 	r, err := s.resolveRequest(ctx, nil, actor, req.SKU, req.GPUs, req.Region)
 	if err != nil {
 		return explainError(err)
@@ -107,9 +116,15 @@ func (s *Service) explain(ctx context.Context, actor Actor, req apiv1.PlacementR
 	if len(outcome.Choices) == 0 {
 		return explainError(s.diagnose(r, outcome, func() (store.Blockers, error) { return s.st.SliceBlockers(ctx, s.query(r)) }))
 	}
+	return explained(r, outcome, len(cands)), nil
+}
+
+// explained is a feasible explain answer: the ranking's first choices and why.
+func explained(r request, outcome sched.Outcome, free int) apiv1.PlacementExplain {
+	var out apiv1.PlacementExplain
 	out.Feasible = true
 	out.Message = sched.Explain(outcome)
-	out.Details = map[string]any{"policy": string(r.policy), "free_slots": len(cands)}
+	out.Details = map[string]any{"policy": string(r.policy), "free_slots": free}
 	for i, c := range outcome.Choices {
 		if i == 5 {
 			break
@@ -119,7 +134,50 @@ func (s *Service) explain(ctx context.Context, actor Actor, req apiv1.PlacementR
 			SlotIndexes: c.SlotIndexes, NUMANodes: c.NUMANodes, Reason: c.Reason,
 			FragmentationDelta: &frag, Lookahead: &look, Tier: c.Tier + 1})
 	}
-	return out, nil
+	return out
+}
+
+// explainInReservation is explain for a create inside a capacity reservation (the actor's
+// tenant's): the same ranking over the slots it holds, or why the request does not fit there.
+func (s *Service) explainInReservation(ctx context.Context, actor Actor, req apiv1.PlacementRequest) (apiv1.PlacementExplain, error) {
+	res, err := s.st.GetReservation(ctx, req.ReservationID, actor.TenantID)
+	if errors.Is(err, store.ErrNotFound) {
+		return apiv1.PlacementExplain{}, &apiv1.Error{Code: apiv1.CodeNotFound, Message: "reservation not found"}
+	}
+	if err != nil {
+		return apiv1.PlacementExplain{}, err
+	}
+	actor.TenantID = res.TenantID // an admin asks as the reservation's tenant
+	if res.Status != apiv1.ReservationActive {
+		return apiv1.PlacementExplain{Feasible: false, Reason: apiv1.ReasonReservationFull,
+			Message: fmt.Sprintf("reservation %s has ended (%s)", res.ID, res.Status)}, nil
+	}
+	if req.SKU == "" {
+		req.SKU = res.SKU
+	} else if req.SKU != res.SKU {
+		return apiv1.PlacementExplain{}, invalid("reservation %s holds %s, not %s", res.ID, res.SKU, req.SKU)
+	}
+	if req.Region != "" && req.Region != res.Region {
+		return apiv1.PlacementExplain{}, invalid("reservation %s is in region %s, not %s", res.ID, res.Region, req.Region)
+	}
+	r, err := s.resolveRequest(ctx, nil, actor, req.SKU, req.GPUs, "")
+	if err != nil {
+		return explainError(err)
+	}
+	r.reservation = res.ID
+	cands, err := s.st.ReservationCandidates(ctx, s.query(r), res.ID)
+	if err != nil {
+		return apiv1.PlacementExplain{}, err
+	}
+	topo, err := s.st.NodeTopologies(ctx, nodeIDs(cands))
+	if err != nil {
+		return apiv1.PlacementExplain{}, err
+	}
+	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
+	if len(outcome.Choices) == 0 {
+		return explainError(reservationFull(r, outcome))
+	}
+	return explained(r, outcome, len(cands)), nil
 }
 
 // explainError turns sku_unavailable into an infeasible answer; other errors stay errors.

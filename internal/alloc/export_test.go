@@ -16,7 +16,7 @@ func (s *Service) HoldForTest(ids []string) (release func()) {
 
 // LockChoiceForTest is lockChoice: the ids it locked, and whether it lost the race.
 func LockChoiceForTest(ctx context.Context, tx *store.Tx, nodeID string, preferred, alts []string) ([]string, bool, error) {
-	_, ids, _, err := lockChoice(ctx, tx, nodeID, preferred, alts)
+	_, ids, _, err := lockChoice(ctx, tx, nodeID, preferred, alts, "")
 	if errors.Is(err, errLostRace) {
 		return ids, true, nil
 	}

@@ -47,6 +47,11 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 		if len(tried) >= MaxPlacements {
 			return &ErrNoReplacement{Reason: fmt.Sprintf("sku_unavailable: %d nodes refused the plan", len(tried))}
 		}
+		if rec.ReservationID != "" {
+			// A reservation's slots are all on one host, the one that refused: placed on the
+			// fleet instead, the allocation would hold GPUs its quota counts as the reservation's.
+			return &ErrNoReplacement{Reason: "sku_unavailable: the allocation is inside a capacity reservation, whose slots are all on the host that refused the plan"}
+		}
 		for _, c := range rec.Claims {
 			if c.SlotID == "" || c.Status == "released" || c.Status == "failed" {
 				continue
@@ -82,7 +87,7 @@ func (s *Service) Replace(ctx context.Context, id, nodeID, reason string) (newNo
 			}
 			var indexes []int
 			err := tx.Savepoint(ctx, func(sp *store.Tx) error {
-				claims, slotIDs, idx, err := lockChoice(ctx, sp, ch.NodeID, ch.SlotIDs, alternates(ch, kept))
+				claims, slotIDs, idx, err := lockChoice(ctx, sp, ch.NodeID, ch.SlotIDs, alternates(ch, kept), "")
 				indexes = idx
 				if err != nil {
 					return err

@@ -117,6 +117,8 @@ type request struct {
 	policy sched.Policy
 	// emptyTies is store.WindowRequest.EmptyTies for its windows (windowEmptyTies).
 	emptyTies int
+	// reservation is the capacity reservation to place inside ("" = the fleet).
+	reservation string
 }
 
 // windowEmptyTies is how many of the nodes alike that hold no allocation a create's windows
@@ -217,6 +219,7 @@ func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.
 	details["blocked_by_storage_policy"] = b.StoragePolicy
 	details["on_draining_nodes"] = b.OnDrainingNodes
 	details["on_simulated_nodes"] = b.OnSimulatedNodes
+	details["held_by_reservations"] = b.HeldByReservations
 	switch {
 	case b.OnSimulatedNodes > 0 && out.FreeSlots+b.OnSimulatedNodes >= r.gpus:
 		return unavailable(apiv1.ReasonSimulatedHosts, fmt.Sprintf(
@@ -236,6 +239,9 @@ func (s *Service) diagnose(r request, out sched.Outcome, blockers func() (store.
 	}
 	if out.FreeSlots > 0 {
 		msg += fmt.Sprintf(" (%d schedulable slots free)", out.FreeSlots)
+	}
+	if b.HeldByReservations > 0 {
+		msg += fmt.Sprintf("; %d free slots are held by capacity reservations, for creates inside them", b.HeldByReservations)
 	}
 	return unavailable(apiv1.ReasonNoCapacity, msg, details)
 }
@@ -297,7 +303,10 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	if err := validateSSHKeys(req.SSHPublicKeys); err != nil {
 		return out, false, err
 	}
-	if req.SKU == "" {
+	if req.ReservationID != "" && !store.IsUUID(req.ReservationID) {
+		return out, false, invalid("reservation_id %q is not a reservation id", req.ReservationID)
+	}
+	if req.SKU == "" && req.ReservationID == "" {
 		return out, false, invalid("sku is required")
 	}
 	emptyTies := windowEmptyTies(s.creating.Add(1))
@@ -335,7 +344,11 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		// known yet: the window assumes the default one for the count, and is read again in
 		// the rare SKU whose policy needs a different group (placeSlice).
 		var first *store.WindowRequest
-		if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
+		if req.ReservationID != "" {
+			if err := reservationRequest(ctx, tx, actor, &req); err != nil {
+				return err
+			}
+		} else if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
 			w := firstWindow(s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
 				req.GPUs, sched.WindowGroup(sched.Request{GPUs: req.GPUs}), emptyTies)
 			first = &w
@@ -346,6 +359,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 			return err
 		}
 		r.emptyTies = emptyTies
+		r.reservation = req.ReservationID
 		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks, &held)
 		return err
 	})
@@ -359,7 +373,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if errors.As(err, &dbe) && dbe.Constraint == "allocations_tenant_id_fkey" {
 			return out, false, invalid("unknown tenant %s", actor.TenantID)
 		}
-		return out, false, err
+		return out, false, quotaError(err)
 	}
 	if !replayed && written.ID == allocID {
 		// Just written and committed, with its task: what Get would read, without reading it.
@@ -386,7 +400,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 	price := apiv1.Price{GPUHourlyPriceMinor: r.sku.GPUHourlyPriceMinor, Currency: r.sku.Currency, GPUs: r.gpus, CapacityShape: r.sku.CapacityShape}
 	na := store.NewAllocation{TenantID: actor.TenantID, SKU: r.sku.SKU, CapacityShape: r.sku.CapacityShape, GPUs: r.gpus,
 		Region: r.region, ProfileName: profile.Name, ResolvedProfile: profile, PriceSnapshot: price,
-		SSHPublicKeys: req.SSHPublicKeys, IdempotencyKey: idemKey, RequestHash: hash}
+		SSHPublicKeys: req.SSHPublicKeys, IdempotencyKey: idemKey, RequestHash: hash, ReservationID: r.reservation}
 	if r.sku.CapacityShape == "baremetal" {
 		if req.Image != "" {
 			return "", invalid("baremetal images are MAAS deploy images chosen at deploy time; --image applies to slices")
@@ -447,7 +461,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				if claimed {
 					defer s.inflight.release(preferred)
 				}
-				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch.NodeID, preferred, free)
+				claims, slotIDs, indexes, err := lockChoice(ctx, tx, ch.NodeID, preferred, free, r.reservation)
 				// Locked until this transaction ends, whatever happens next: a lost race's
 				// few locked slots too, or this replica's other requests would rank them as
 				// free and lose their own race for them (SKIP LOCKED passes them by).
@@ -484,6 +498,10 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 			return true, err
 		}
 		return false, nil // every choice here was taken: the next window
+	}
+	if r.reservation != "" {
+		err := s.placeInReservation(ctx, tx, r, try, func() bool { return id != "" })
+		return id, err
 	}
 	for round := 0; ; round++ {
 		attempts = 0
@@ -619,8 +637,10 @@ func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look 
 // alts (free candidate slots of the same node and NUMA groups: see alternates and
 // inFlight.claim) when concurrent requests hold some of them (a full-host choice has no
 // equivalents). It returns the claims and the slots' ids and indexes, or errLostRace.
-func lockChoice(ctx context.Context, sp *store.Tx, nodeID string, preferred, alts []string) ([]store.NewClaim, []string, []int, error) {
-	locked, err := sp.LockAvailableSlots(ctx, nodeID, preferred, alts, len(preferred))
+//
+// reservation is the capacity reservation whose held slots to lock ("" = the fleet's).
+func lockChoice(ctx context.Context, sp *store.Tx, nodeID string, preferred, alts []string, reservation string) ([]store.NewClaim, []string, []int, error) {
+	locked, err := sp.LockAvailableSlots(ctx, nodeID, preferred, alts, len(preferred), reservation)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -148,7 +148,8 @@ func TestHealthReadyOpenAPIWithoutToken(t *testing.T) {
 	if err := json.Unmarshal(body, &doc); err != nil || doc.OpenAPI != "3.1.0" {
 		t.Fatalf("openapi: %v %s", err, doc.OpenAPI)
 	}
-	for _, p := range []string{"/api/v1/allocations", "/api/v1/admin/nodes/{id}/slots", "/api/v1/placement/explain"} {
+	for _, p := range []string{"/api/v1/allocations", "/api/v1/admin/nodes/{id}/slots", "/api/v1/placement/explain",
+		"/api/v1/quotas", "/api/v1/reservations", "/api/v1/reservations/{id}/cancel", "/api/v1/admin/tenants/{id}/quotas"} {
 		if doc.Paths[p] == nil {
 			t.Fatalf("openapi lacks %s", p)
 		}

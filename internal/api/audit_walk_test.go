@@ -117,7 +117,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 	var walkNode apiv1.Node
 	var walkToken apiv1.Token
 	var walkNodeClient *http.Client
-	var createdAlloc string
+	var createdAlloc, createdReservation string
 	steps := []auditStep{
 		{route: "POST /api/v1/admin/tenants", path: "/api/v1/admin/tenants", body: map[string]string{"name": "walk"}, status: 201, action: "tenant.create", target: jsonID},
 		{route: "POST /api/v1/admin/tokens", path: "/api/v1/admin/tokens", body: apiv1.TokenCreate{Name: "walk", Role: "tenant", TenantID: w.tenBID}, status: 201, action: "token.create",
@@ -159,6 +159,14 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 			status: 201, action: "allocation.create", target: func(b []byte) string { createdAlloc = jsonID(b); return createdAlloc }},
 		{route: "POST /api/v1/allocations/{id}/release", path: "/api/v1/allocations/{createdAlloc}/release", bearer: w.tenA, actor: "a-ci",
 			status: 200, action: "allocation.release", target: func([]byte) string { return createdAlloc }},
+		{route: "PUT /api/v1/admin/tenants/{id}/quotas", path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas", body: apiv1.QuotaSet{SKU: "h200-sxm-slice", MaxGPUs: refTo(100)},
+			status: 200, action: "quota.set", target: fixedID(w.tenAID)},
+		{route: "DELETE /api/v1/admin/tenants/{id}/quotas", path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas?sku=h200-sxm-slice",
+			status: 200, action: "quota.delete", target: fixedID(w.tenAID)},
+		{route: "POST /api/v1/reservations", path: "/api/v1/reservations", body: apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1}, bearer: w.tenA, actor: "a-ci",
+			status: 201, action: "reservation.create", target: func(b []byte) string { createdReservation = jsonID(b); return createdReservation }},
+		{route: "POST /api/v1/reservations/{id}/cancel", path: "/api/v1/reservations/{createdReservation}/cancel", bearer: w.tenA, actor: "a-ci",
+			status: 200, action: "reservation.cancel", target: func([]byte) string { return createdReservation }},
 		{route: "POST /api/v1/allocations/{id}/terminal", path: "/api/v1/allocations/" + active + "/terminal", body: apiv1.TerminalRequest{Mode: "terminal"}, bearer: w.tenA, actor: "a-ci",
 			status: 201, action: "terminal.open", target: fixedID(active)},
 	}
@@ -194,6 +202,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		path, reqBody := s.path, s.body
 		path = strings.ReplaceAll(path, "{walkToken}", walkToken.ID)
 		path = strings.ReplaceAll(path, "{createdAlloc}", createdAlloc)
+		path = strings.ReplaceAll(path, "{createdReservation}", createdReservation)
 		client := w.plain
 		switch reqBody {
 		case "{walkEnroll}": // the node made two steps ago enrolls with its bootstrap token

@@ -72,6 +72,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	var ticket apiv1.TerminalTicket
 	w.must("POST", "/api/v1/allocations/"+active+"/terminal", w.tenA, apiv1.TerminalRequest{Mode: "terminal"}, 201, &ticket)
 	spare := w.newToken("spare", "tenant", w.tenAID)
+	var reservation apiv1.Reservation
+	w.must("POST", "/api/v1/reservations", w.tenA, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1}, 201, &reservation)
 	tasks := w.leasedTasks(w.nodeX, 2)
 	_, renewPub := enrollKey(t)
 	z := w.nodeZ.ID
@@ -97,7 +99,16 @@ func TestAuthorizationMatrix(t *testing.T) {
 		// handler for everyone who got past authentication, the owner included.
 		"GET /api/v1/terminal/{session}/attach": {path: "/api/v1/terminal/" + ticket.SessionID + "/attach", who: accUser, ok: 401, okMsg: "session token is invalid"},
 		"GET /api/v1/sessions":                  {path: "/api/v1/sessions", who: accUser, ok: 200},
-		"GET /api/v1/sessions/{session}":        {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
+		"GET /api/v1/quotas":                    {path: "/api/v1/quotas", who: accUser, ok: 200},
+		"POST /api/v1/reservations":             {path: "/api/v1/reservations", who: accUser, body: apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1}},
+		"GET /api/v1/reservations":              {path: "/api/v1/reservations", who: accUser, ok: 200},
+		"GET /api/v1/reservations/{id}":         {path: "/api/v1/reservations/" + reservation.ID, who: accOwnA, ok: 200},
+		// The owner's cancel ends it; the admin's, after, is told it has ended (409).
+		"POST /api/v1/reservations/{id}/cancel": {path: "/api/v1/reservations/" + reservation.ID + "/cancel", who: accOwnA},
+		"PUT /api/v1/admin/tenants/{id}/quotas": {path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas", who: accAdmin,
+			body: apiv1.QuotaSet{SKU: "h200-sxm-slice", MaxGPUs: refTo(1000)}, ok: 200},
+		"DELETE /api/v1/admin/tenants/{id}/quotas": {path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas?sku=h200-sxm-slice", who: accAdmin, ok: 200},
+		"GET /api/v1/sessions/{session}":           {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
 		"GET /api/v1/sessions/{session}/recording": {path: "/api/v1/sessions/" + ticket.SessionID + "/recording", who: accOwnA,
 			ok: 404, okMsg: "was not recorded", hiddenMsg: "not found"},
 

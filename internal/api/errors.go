@@ -39,7 +39,7 @@ func statusFor(code string) int {
 		return http.StatusNotFound
 	case apiv1.CodeConflict, apiv1.CodeIdempotencyReused:
 		return http.StatusConflict
-	case apiv1.CodeSKUUnavailable:
+	case apiv1.CodeSKUUnavailable, apiv1.CodeQuotaExceeded:
 		return http.StatusConflict
 	case apiv1.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge

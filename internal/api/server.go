@@ -237,6 +237,11 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/allocations", anyUser, s.listAllocations, "List the caller's allocations (admins: all; query: status)", nil, apiv1.List[apiv1.Allocation]{}, 200},
 		{"GET", "/api/v1/allocations/{id}", anyUser, s.getAllocation, "Show an allocation", nil, apiv1.Allocation{}, 200},
 		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation (optional body: a report of a problem, which holds its slots for operator review)", apiv1.ReleaseRequest{}, apiv1.Allocation{}, 200},
+		{"GET", "/api/v1/quotas", anyUser, s.listQuotas, "Quotas with their usage (tenants: their own; admins: all, query: tenant)", nil, apiv1.List[apiv1.Quota]{}, 200},
+		{"POST", "/api/v1/reservations", anyUser, s.createReservation, "Reserve capacity: hold GPUs of a slice SKU for the tenant (admins name tenant_id)", apiv1.ReservationCreate{}, apiv1.Reservation{}, 201},
+		{"GET", "/api/v1/reservations", anyUser, s.listReservations, "List capacity reservations, newest first (tenants: their own; query: active, tenant)", nil, apiv1.List[apiv1.Reservation]{}, 200},
+		{"GET", "/api/v1/reservations/{id}", anyUser, s.getReservation, "Show a capacity reservation", nil, apiv1.Reservation{}, 200},
+		{"POST", "/api/v1/reservations/{id}/cancel", anyUser, s.cancelReservation, "Cancel a capacity reservation: its slots return to the fleet", nil, apiv1.Reservation{}, 200},
 
 		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},
 		{"GET", "/api/v1/admin/nodes", adminOnly, s.listNodes, "List nodes with mode and slot summary", nil, L{}, 200},
@@ -266,6 +271,8 @@ func (s *Server) table() []route {
 			Name string `json:"name"`
 		}{}, apiv1.Tenant{}, 201},
 		{"GET", "/api/v1/admin/tenants", adminOnly, s.listTenants, "List tenants", nil, apiv1.List[apiv1.Tenant]{}, 200},
+		{"PUT", "/api/v1/admin/tenants/{id}/quotas", adminOnly, s.setQuota, "Set a tenant's quota for a SKU and region (tenant by id or name)", apiv1.QuotaSet{}, apiv1.Quota{}, 200},
+		{"DELETE", "/api/v1/admin/tenants/{id}/quotas", adminOnly, s.deleteQuota, "Remove a tenant's quota (query: sku, region)", nil, map[string]string{}, 200},
 		{"POST", "/api/v1/admin/tokens", adminOnly, s.createToken, "Create an API token (shown once)", apiv1.TokenCreate{}, apiv1.Token{}, 201},
 		{"GET", "/api/v1/admin/tokens", adminOnly, s.listTokens, "List API tokens (never their secrets)", nil, apiv1.List[apiv1.Token]{}, 200},
 		{"POST", "/api/v1/admin/tokens/{id}/revoke", adminOnly, s.revokeToken, "Revoke an API token (immediate on this replica)", nil, apiv1.Token{}, 200},

@@ -307,6 +307,8 @@ type AllocationCreate struct {
 	Profile       string   `json:"profile,omitempty"` // admin-only override of the slice VM profile
 	SSHPublicKeys []string `json:"ssh_public_keys,omitempty"`
 	TenantID      string   `json:"tenant_id,omitempty"` // admin creating for a tenant
+	// ReservationID places the allocation inside the tenant's capacity reservation.
+	ReservationID string `json:"reservation_id,omitempty"`
 }
 
 // ResolvedProfile is the VM shape snapshotted into an allocation at creation.
@@ -396,6 +398,8 @@ type Allocation struct {
 	// Simulated: the allocation's node runs the sim runtime, so no VM exists and its disks
 	// are never written (sold only by a controller that allows simulated hosts).
 	Simulated bool `json:"simulated,omitempty"`
+	// ReservationID is the capacity reservation the allocation was placed in, if any.
+	ReservationID string `json:"reservation_id,omitempty"`
 	// Handover says how the allocation's disks were erased after it ended, from the hosts'
 	// signed, verified wipe proofs ("2 disks sanitized (crypto erase) and verified at ...");
 	// it names no host or device. Show only, once released or failed.
@@ -422,6 +426,8 @@ type PlacementRequest struct {
 	// TenantID: an admin asks as that tenant would be placed (its dedicated nodes count);
 	// a tenant may only name itself.
 	TenantID string `json:"tenant_id,omitempty"`
+	// ReservationID explains a placement inside that capacity reservation (its tenant's).
+	ReservationID string `json:"reservation_id,omitempty"`
 }
 
 // PlacementChoice is one ranked candidate.

@@ -26,6 +26,8 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/healthcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
+	"github.com/gpuaas/gpuaas/internal/cli/quota"
+	"github.com/gpuaas/gpuaas/internal/cli/reservations"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
 	"github.com/gpuaas/gpuaas/internal/cli/slots"
 	"github.com/gpuaas/gpuaas/internal/cli/sshcmd"
@@ -90,7 +92,7 @@ Exit status:
   3  unauthorized or forbidden, or no token configured
   4  not_found
   5  conflict, idempotency_key_reused
-  6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain')
+  6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain'), quota_exceeded
   7  controller unreachable, or unavailable (retryable)`
 
 // NewCmdRoot builds the gpuaasctl command tree around f.
@@ -127,6 +129,8 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		skus.NewCmdSKUs(f),
 		capacity.NewCmdCapacity(f, nil),
 		alloc.NewCmdAlloc(f),
+		reservations.NewCmdReservations(f),
+		quota.NewCmdQuota(f, nil),
 		sshcmd.NewCmdSSH(f, nil),
 		sshcmd.NewCmdSSHConfig(f),
 		sshcmd.NewCmdSessions(f),

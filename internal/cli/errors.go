@@ -54,6 +54,8 @@ func apiHint(f *cmdutil.Factory, e *apiv1.Error) string {
 			h = fmt.Sprintf("reason: %v\n", r)
 		}
 		return h + "hint: 'gpuaasctl alloc explain --sku SKU --gpus N' shows why; 'gpuaasctl capacity' shows what can be placed now"
+	case apiv1.CodeQuotaExceeded:
+		return "hint: 'gpuaasctl quota' shows your limits and what counts against them; releasing allocations or cancelling reservations frees quota at once"
 	case apiv1.CodeUnauthorized:
 		h := "hint: check --token / --token-file / GPUAAS_TOKEN / GPUAAS_TOKEN_FILE"
 		if cfg, err := f.Config(); err == nil && cfg.TokenSource != "" {

@@ -229,6 +229,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			if err := d.Reap(ctx); err != nil && ctx.Err() == nil {
 				d.log.Error("reaper", "err", err)
 			}
+			d.expireReservations(ctx)
 		}
 	}
 }

@@ -23,14 +23,14 @@ type AllocationRecord struct {
 const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,
 	a.placement_status, a.node_id::text, n.name, a.profile_name, a.resolved_profile, a.image_snapshot,
 	a.price_snapshot, a.usage_snapshot, a.ssh_public_keys, a.failure_reason, a.request_hash, a.created_at,
-	a.active_at, a.releasing_at, a.released_at, n.simulated`
+	a.active_at, a.releasing_at, a.released_at, n.simulated, coalesce(a.reservation_id::text, '')`
 
 func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string
 	err := row.Scan(&a.ID, &a.TenantID, &a.SKU, &a.CapacityShape, &a.GPUs, &a.Region, &a.Status, &a.PlacementStatus,
 		&a.NodeID, &a.NodeName, &profileName, rawJSON(&a.ResolvedProfile), rawJSON(&a.ImageSnapshot), rawJSON(&a.PriceSnapshot),
 		rawJSON(&a.UsageSnapshot), &a.SSHPublicKeys, &a.FailureReason, &a.RequestHash, &a.CreatedAt, &a.ActiveAt,
-		&a.ReleasingAt, &a.ReleasedAt, &a.Simulated)
+		&a.ReleasingAt, &a.ReleasedAt, &a.Simulated, &a.ReservationID)
 	a.Profile.Name = profileName
 	return err
 }

@@ -79,7 +79,7 @@ func TestQuarantinedSlotIsNeverReserved(t *testing.T) {
 		t.Fatalf("the other 7 slots stay on sale, got %d candidates", len(cands))
 	}
 	err = w.st.InTx(ctx, func(tx *store.Tx) error {
-		locked, err := tx.LockAvailableSlots(ctx, w.nodeID, []string{w.slotID}, []string{w.slotID, w.slot1}, 2)
+		locked, err := tx.LockAvailableSlots(ctx, w.nodeID, []string{w.slotID}, []string{w.slotID, w.slot1}, 2, "")
 		if err != nil {
 			return err
 		}

@@ -69,6 +69,15 @@ func (s *Store) InvariantsWithin(ctx context.Context, d Deadlines) ([]string, er
 		{"slot whose state disagrees with its live claim", `SELECT s.id::text || ' slot ' || s.status || ', claim ' || c.status FROM node_resource_slots s
 			JOIN allocation_resource_claims c ON c.slot_id = s.id AND c.status IN ` + liveClaim + `
 			WHERE NOT (s.status = c.status OR (c.status = 'releasing' AND s.status IN ('failed', 'cleanup', 'cleanup_blocked')))`, nil},
+		// Migration 020 refuses these on every write.
+		{"slot a reservation holds claimed by an allocation outside it", `SELECT s.id::text || ' held by ' || s.reservation_id::text || ', claimed by ' || a.id::text
+			FROM node_resource_slots s
+			JOIN allocation_resource_claims c ON c.slot_id = s.id AND c.status IN ` + liveClaim + `
+			JOIN allocations a ON a.id = c.allocation_id
+			WHERE s.reservation_id IS NOT NULL AND a.reservation_id IS DISTINCT FROM s.reservation_id`, nil},
+		{"slot held by an ended reservation or one of another node", `SELECT s.id::text || ' held by ' || r.id::text || ' (' || r.status || ')'
+			FROM node_resource_slots s JOIN capacity_reservations r ON r.id = s.reservation_id
+			WHERE r.status <> 'active' OR r.node_id <> s.node_id`, nil},
 	}
 	if d.Provision > 0 {
 		checks = append(checks, check{"allocation neither active nor ended within the provisioning deadline", `SELECT id::text || ' ' || status || ' since ' || created_at::text

@@ -48,6 +48,10 @@ var sliceBaseAnyRuntime = `
 	WHERE ` + fleetWide(nodeLive) + `
 	  AND ` + slotOK
 
+// sliceBaseAnyHold is sliceBaseAnyRuntime with the slots capacity reservations hold, for the
+// diagnosis to count them.
+var sliceBaseAnyHold = strings.Replace(sliceBaseAnyRuntime, unheld, "true", 1)
+
 // nodeOK is the filter's node-level part: what node n must meet for any of its slots to be a candidate.
 const nodeOK = simulatedOK + `
 	  AND ` + nodeLive
@@ -72,10 +76,15 @@ const nodeLive = `n.status = 'active'
 	                  ` + probeFence + `)`
 
 // slotOK is the filter's slot-level part (slot s of node n): the slot's SKU, state and shape.
+// A slot a capacity reservation holds is no candidate for the fleet (reservationCandidatesSQL
+// offers it inside its reservation); the database refuses such a claim anyway (migration 020).
 const slotOK = `coalesce(nullif(s.capacity_metadata->>'sku', ''), n.slice_sku) = $1
-	  AND s.status = 'available' AND s.health <> 'quarantined' AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
+	  AND s.status = 'available' AND s.health <> 'quarantined' AND ` + unheld + ` AND s.capacity_shape = 'gpu_slice' AND s.parent_slot_id IS NULL
 	  AND s.sharing_model = 'exclusive_device' AND s.max_claims = 1 AND s.compute_milli >= 1000
 	  AND s.pci_address <> '' AND s.nvme_device <> '' AND s.mac_address <> '' AND s.private_ip IS NOT NULL`
+
+// unheld is slot s held by no capacity reservation.
+const unheld = `s.reservation_id IS NULL`
 
 // probeFence marks the end of each node-level check on live claims and allocations. In the
 // window's statement it becomes "OFFSET 0", which keeps each check a probe of its partial
@@ -131,14 +140,15 @@ func sliceCandidates(ctx context.Context, q querier, pq PlacementQuery) ([]Candi
 		ORDER BY n.name, s.slot_index`, pq.args()...)
 }
 
-// capacityOfN is node n's best-fit hints as a row (free, grp, allocs): its available slots,
-// the most of them in one NUMA group, a slot of unknown NUMA node being a group of its own (as
-// internal/sched groups them), and the live allocations holding slots on it. One read of the
-// node's slots and one of its live claims (index claims_live_node).
+// capacityOfN is node n's best-fit hints as a row (free, grp, allocs): its available slots
+// that no capacity reservation holds (those are not the fleet's), the most of them in one NUMA
+// group, a slot of unknown NUMA node being a group of its own (as internal/sched groups them),
+// and the live allocations holding slots on it. One read of the node's slots and one of its
+// live claims (index claims_live_node).
 const capacityOfN = `(SELECT coalesce(sum(k), 0)::int AS free, coalesce(max(k), 0)::int AS grp,
 	  (SELECT count(DISTINCT c.allocation_id)::int FROM allocation_resource_claims c
 	   WHERE c.node_id = n.id AND c.claim_kind = 'slot' AND c.status IN ` + liveClaim + `) AS allocs
-	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available' AND s.health <> 'quarantined'
+	FROM (SELECT count(*) AS k FROM node_resource_slots s WHERE s.node_id = n.id AND s.status = 'available' AND s.health <> 'quarantined' AND ` + unheld + `
 	      GROUP BY s.numa_node, CASE WHEN s.numa_node IS NULL THEN s.id END) g)`
 
 // lockNodesInOrder ends a SELECT of nodes n that a statement updating many nodes runs first:
@@ -417,6 +427,9 @@ type Blockers struct {
 	// OnSimulatedNodes counts otherwise-eligible slots on simulated nodes that this session
 	// may not sell (simulatedOK).
 	OnSimulatedNodes int
+	// HeldByReservations counts otherwise-eligible slots that capacity reservations hold
+	// (for their tenants' creates inside them only).
+	HeldByReservations int
 }
 
 // SliceBlockers explains why fewer slots than requested are candidates.
@@ -431,15 +444,18 @@ func (t *Tx) SliceBlockers(ctx context.Context, pq PlacementQuery) (Blockers, er
 
 func sliceBlockers(ctx context.Context, q querier, pq PlacementQuery) (Blockers, error) {
 	var b Blockers
-	err := q.QueryRow(ctx, `WITH every AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok,
-		          `+simulatedOK+` AS sim_ok `+sliceBaseAnyRuntime+`),
+	err := q.QueryRow(ctx, `WITH anyhold AS (SELECT n.id AS node_id, n.draining, `+storageOK+` AS storage_ok, `+fabricOK+` AS fabric_ok,
+		          `+simulatedOK+` AS sim_ok, s.reservation_id IS NOT NULL AS held `+sliceBaseAnyHold+`),
+		every AS (SELECT * FROM anyhold WHERE NOT held),
 		base AS (SELECT * FROM every WHERE sim_ok)
 		SELECT count(*) FILTER (WHERE draining AND storage_ok AND fabric_ok),
 		       count(*) FILTER (WHERE NOT fabric_ok),
 		       count(*) FILTER (WHERE fabric_ok AND NOT storage_ok),
 		       coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM base WHERE draining AND storage_ok AND fabric_ok GROUP BY node_id) x), 0),
-		       (SELECT count(*) FROM every WHERE NOT sim_ok AND NOT draining AND storage_ok AND fabric_ok)
-		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode, &b.OnSimulatedNodes)
+		       (SELECT count(*) FROM every WHERE NOT sim_ok AND NOT draining AND storage_ok AND fabric_ok),
+		       (SELECT count(*) FROM anyhold WHERE held AND sim_ok AND NOT draining AND storage_ok AND fabric_ok)
+		FROM base`, pq.args()...).Scan(&b.OnDrainingNodes, &b.FabricPolicy, &b.StoragePolicy, &b.MaxDrainingNode, &b.OnSimulatedNodes,
+		&b.HeldByReservations)
 	return b, translate(err)
 }
 
@@ -567,7 +583,10 @@ type LockedSlot struct {
 // re-checked under the lock to still be available. Fewer than n rows means concurrent
 // schedulers hold the rest. Alternates let a request that lost its preferred slots to a
 // concurrent one take equivalent slots (the same NUMA groups) instead of failing.
-func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, alternates []string, n int) ([]LockedSlot, error) {
+//
+// reservation is the capacity reservation whose held slots to take ("" = the fleet's slots,
+// held by none).
+func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, alternates []string, n int, reservation string) ([]LockedSlot, error) {
 	rows, err := t.tx.Query(ctx, `SELECT s.id::text, s.node_id::text, s.slot_index,
 			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''),
 			jsonb_build_object('slot_id', s.id, 'slot_index', s.slot_index, 'numa_node', s.numa_node,
@@ -582,9 +601,10 @@ func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, a
 				'disk_identity', s.capacity_metadata->>'disk_identity')
 		FROM node_resource_slots s
 		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available' AND s.health <> 'quarantined'
+		  AND s.reservation_id IS NOT DISTINCT FROM $5::uuid
 		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index
 		LIMIT $4
-		FOR UPDATE SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n)
+		FOR UPDATE SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n, optUUID(reservation))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -615,10 +635,11 @@ const baremetalFilter = `
 	  AND ($4::float8 = 0 OR n.last_heartbeat_at > now() - make_interval(secs => $4::float8))
 	  AND n.sku = $1
 	  AND NOT EXISTS (SELECT 1 FROM allocation_resource_claims c WHERE c.node_id = n.id AND c.status IN ` + liveClaim + `)
-	  -- slices mid-release, a disk without wipe proof, or a quarantined slot block the whole node for baremetal
+	  -- slices mid-release, a disk without wipe proof, a quarantined slot, or a slot a capacity
+	  -- reservation holds block the whole node for baremetal
 	  AND NOT EXISTS (SELECT 1 FROM node_resource_slots s WHERE s.node_id = n.id
 	                  AND (s.status IN ('reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed')
-	                       OR s.health = 'quarantined'))`
+	                       OR s.health = 'quarantined' OR s.reservation_id IS NOT NULL))`
 
 // BaremetalCandidates lists whole nodes a baremetal request could take.
 func (t *Tx) BaremetalCandidates(ctx context.Context, pq PlacementQuery) ([]BaremetalCandidate, error) {
@@ -696,6 +717,8 @@ type NewAllocation struct {
 	Audit *AuditRecord
 	// ID, when set, is the new allocation's id (made here otherwise).
 	ID string
+	// ReservationID, when set, is the capacity reservation the allocation is placed in.
+	ReservationID string
 	// Task, when set, is the allocation's provisioning task, queued in the same round trip:
 	// its allocation.requested outbox event is written already dispatched and linked to it,
 	// so nothing waits for the outbox worker between commit and the host.
@@ -745,12 +768,12 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	batch.Queue(`SAVEPOINT gpuaas_insert`)
 	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
-			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at)
+			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at, reservation_id)
 		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
-			clock_timestamp(), clock_timestamp())`,
+			clock_timestamp(), clock_timestamp(), $17::uuid)`,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
-		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id)
+		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id, optUUID(a.ReservationID))
 	slotIDs := queueClaims(batch, id, claims)
 	event := js(map[string]any{"allocation_id": id, "capacity_shape": a.CapacityShape, "slot_ids": slotIDs})
 	if a.Task == nil {

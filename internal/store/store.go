@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,9 @@ var (
 	// runs the sim runtime, or a slot back on sale on a simulated wipe, in a session that does
 	// not allow simulated hosts (migration 016).
 	ErrSimulated = errors.New("simulated host refused")
+	// ErrQuota is the database refusing a create that would take a tenant over a quota
+	// (migration 020); the DBError's Quota says which limit, and the usage.
+	ErrQuota = errors.New("quota exceeded")
 )
 
 // Store wraps a pgx pool.
@@ -189,7 +193,10 @@ type DBError struct {
 	Kind       error
 	Constraint string
 	Detail     string
-	Err        error
+	// Quota, for ErrQuota, is the refusing quota as the database reported it: limit ("gpus"
+	// or "allocations"), sku, region, max, used, requested.
+	Quota map[string]any
+	Err   error
 }
 
 func (e *DBError) Error() string {
@@ -224,6 +231,11 @@ func translate(err error) error {
 		case "23514":
 			if pgErr.Hint == "gpuaas:simulated_node" || pgErr.Hint == "gpuaas:simulated_wipe" {
 				return &DBError{Kind: ErrSimulated, Detail: pgErr.Message, Err: err}
+			}
+			if pgErr.Hint == "gpuaas:quota_exceeded" {
+				q := map[string]any{}
+				_ = json.Unmarshal([]byte(pgErr.Detail), &q)
+				return &DBError{Kind: ErrQuota, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Quota: q, Err: err}
 			}
 			if pgErr.ConstraintName == WipeGate {
 				// The slot held a claim since its last verified wipe (migration 015).

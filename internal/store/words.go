@@ -23,6 +23,11 @@ var constraintWords = map[string]string{
 	"node_resource_slots_node_id_slot_index_key": "that slot index already exists on the node",
 	"sku_catalog_validation_policy_valid":        "validation_policy must be none or quick",
 	"slot_health_events_signal_check":            "a health signal is lower-case letters, digits and . _ : -",
+	"tenant_quotas_tenant_id_fkey":               "tenant not found",
+	"tenant_quotas_sku_fkey":                     "SKU not found",
+	"capacity_reservations_tenant_id_fkey":       "tenant not found",
+	"capacity_reservations_sku_fkey":             "SKU not found",
+	"allocations_reservation_id_fkey":            "reservation not found",
 }
 
 // inOurWords is the message a database error may carry to a client. Our own triggers and

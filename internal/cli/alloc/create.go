@@ -29,6 +29,7 @@ type CreateOptions struct {
 	Profile        string
 	SSHKeyFiles    []string
 	TenantID       string
+	Reservation    string
 	IdempotencyKey string
 	Wait           bool
 	Timeout        time.Duration
@@ -46,14 +47,15 @@ func NewCmdCreate(f *cmdutil.Factory, runF func(*CreateOptions) error) *cobra.Co
 Every invocation sends a fresh random Idempotency-Key; pass --idempotency-key to make a
 retried command return the allocation the first attempt created instead of a second one.`,
 		Example: `  gpuaasctl alloc create --sku h200-sxm-slice --gpus 2 --ssh-key ~/.ssh/id_ed25519.pub
-  gpuaasctl alloc create --sku h200-sxm-slice --gpus 4 --tenant TENANT_ID --wait -o json`,
+  gpuaasctl alloc create --sku h200-sxm-slice --gpus 4 --tenant TENANT_ID --wait -o json
+  gpuaasctl alloc create --reservation RESERVATION_ID --gpus 2`,
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Region == "" {
+			if opts.Region == "" && opts.Reservation == "" {
 				opts.Region = f.DefaultRegion()
 			}
-			if opts.SKU == "" {
-				return cmdutil.FlagErrorf("--sku is required")
+			if opts.SKU == "" && opts.Reservation == "" {
+				return cmdutil.FlagErrorf("--sku is required (or --reservation)")
 			}
 			if opts.GPUs <= 0 {
 				return cmdutil.FlagErrorf("--gpus must be a positive number")
@@ -72,6 +74,7 @@ retried command return the allocation the first attempt created instead of a sec
 	fl.StringVar(&opts.Profile, "profile", "", "slice VM profile override (admin only)")
 	fl.StringArrayVar(&opts.SSHKeyFiles, "ssh-key", nil, "OpenSSH public key file (repeatable)")
 	fl.StringVar(&opts.TenantID, "tenant", "", "tenant id (admins creating on a tenant's behalf)")
+	fl.StringVar(&opts.Reservation, "reservation", "", "capacity reservation id: place inside it (its SKU unless --sku)")
 	fl.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "retry-safe key (default: random per invocation)")
 	fl.BoolVar(&opts.Wait, "wait", false, "wait until active, showing the host's phases as they complete")
 	fl.DurationVar(&opts.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
@@ -82,7 +85,7 @@ retried command return the allocation the first attempt created instead of a sec
 func createRun(ctx context.Context, opts *CreateOptions) error {
 	req := apiv1.AllocationCreate{
 		SKU: opts.SKU, GPUs: opts.GPUs, Region: opts.Region, Image: opts.Image,
-		Profile: opts.Profile, TenantID: opts.TenantID,
+		Profile: opts.Profile, TenantID: opts.TenantID, ReservationID: opts.Reservation,
 	}
 	for _, p := range opts.SSHKeyFiles {
 		keys, err := readSSHKeys(p)

@@ -16,11 +16,12 @@ type ExplainOptions struct {
 	IO     cmdutil.IOStreams
 	Client func() (*client.Client, error)
 
-	SKU      string
-	GPUs     int
-	Region   string
-	TenantID string
-	Output   output.Format
+	SKU         string
+	GPUs        int
+	Region      string
+	TenantID    string
+	Reservation string
+	Output      output.Format
 }
 
 // NewCmdExplain is `alloc explain`.
@@ -33,11 +34,11 @@ func NewCmdExplain(f *cmdutil.Factory, runF func(*ExplainOptions) error) *cobra.
 An infeasible request is a normal answer (Feasible: false, with the reason), exit status 0.`,
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.Region == "" {
+			if opts.Region == "" && opts.Reservation == "" {
 				opts.Region = f.DefaultRegion()
 			}
-			if opts.SKU == "" {
-				return cmdutil.FlagErrorf("--sku is required")
+			if opts.SKU == "" && opts.Reservation == "" {
+				return cmdutil.FlagErrorf("--sku is required (or --reservation)")
 			}
 			if opts.GPUs <= 0 {
 				return cmdutil.FlagErrorf("--gpus must be a positive number")
@@ -52,6 +53,7 @@ An infeasible request is a normal answer (Feasible: false, with the reason), exi
 	cmd.Flags().IntVar(&opts.GPUs, "gpus", 0, "number of GPUs")
 	cmd.Flags().StringVar(&opts.Region, "region", "", "region (default: the context's region, else any)")
 	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant id (admins: place as that tenant would be, its dedicated nodes included)")
+	cmd.Flags().StringVar(&opts.Reservation, "reservation", "", "capacity reservation id: explain a placement inside it")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -61,7 +63,8 @@ func explainRun(ctx context.Context, opts *ExplainOptions) error {
 	if err != nil {
 		return err
 	}
-	ex, err := c.ExplainPlacement(ctx, apiv1.PlacementRequest{SKU: opts.SKU, GPUs: opts.GPUs, Region: opts.Region, TenantID: opts.TenantID})
+	ex, err := c.ExplainPlacement(ctx, apiv1.PlacementRequest{SKU: opts.SKU, GPUs: opts.GPUs, Region: opts.Region,
+		TenantID: opts.TenantID, ReservationID: opts.Reservation})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ const (
 	ExitAuth           = 3 // unauthorized, forbidden, no token
 	ExitNotFound       = 4
 	ExitConflict       = 5 // conflict, idempotency_key_reused
-	ExitSKUUnavailable = 6
+	ExitSKUUnavailable = 6 // sku_unavailable, quota_exceeded: nothing can be placed for this request now
 	ExitUnavailable    = 7 // controller unreachable, unavailable or rate_limited (retryable)
 )
 
@@ -101,7 +101,7 @@ func ExitCode(err error) int {
 			return ExitNotFound
 		case apiv1.CodeConflict, apiv1.CodeIdempotencyReused:
 			return ExitConflict
-		case apiv1.CodeSKUUnavailable:
+		case apiv1.CodeSKUUnavailable, apiv1.CodeQuotaExceeded:
 			return ExitSKUUnavailable
 		case apiv1.CodeUnavailable, apiv1.CodeRateLimited:
 			return ExitUnavailable
