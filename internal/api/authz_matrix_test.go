@@ -97,6 +97,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		// handler for everyone who got past authentication, the owner included.
 		"GET /api/v1/terminal/{session}/attach": {path: "/api/v1/terminal/" + ticket.SessionID + "/attach", who: accUser, ok: 401, okMsg: "session token is invalid"},
 		"GET /api/v1/sessions":                  {path: "/api/v1/sessions", who: accUser, ok: 200},
+		"GET /api/v1/events":                    {path: "/api/v1/events", who: accUser, ok: 200},
+		"GET /api/v1/maintenance":               {path: "/api/v1/maintenance", who: accUser, ok: 200},
 		"GET /api/v1/sessions/{session}":        {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
 		"GET /api/v1/sessions/{session}/recording": {path: "/api/v1/sessions/" + ticket.SessionID + "/recording", who: accOwnA,
 			ok: 404, okMsg: "was not recorded", hiddenMsg: "not found"},

@@ -48,6 +48,7 @@ var queryParams = map[string][]string{
 	"GET /api/v1/tasks":                   {"node", "allocation"},
 	"GET /api/v1/agent/tasks":             {"wait", "max"},
 	"GET /api/v1/sessions":                {"allocation"},
+	"GET /api/v1/events":                  eventQuery,
 }
 
 // checkQueryNames refuses a query parameter the route does not read, naming the ones it does.

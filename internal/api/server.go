@@ -76,6 +76,7 @@ type Server struct {
 	secCfg     SecurityConfig
 	authFails  *ipLimiter // authentication failures per client IP
 	enrolls    *ipLimiter // failed enrollments per client IP
+	events     *eventWaiters
 }
 
 // New builds the API handler tree.
@@ -83,7 +84,7 @@ func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
 		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
 		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
-		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS}
+		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS, events: &eventWaiters{st: opts.Store}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -235,10 +236,13 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/allocations/{id}", anyUser, s.getAllocation, "Show an allocation", nil, apiv1.Allocation{}, 200},
 		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation", nil, apiv1.Allocation{}, 200},
 
+		{"GET", "/api/v1/events", anyUser, s.listEvents, "The caller's events after a cursor, oldest first (tenants: their own; query: after, since, limit, wait up to 60s)", nil, apiv1.EventPage{}, 200},
+		{"GET", "/api/v1/maintenance", anyUser, s.listMaintenance, "Maintenance notices (tenants: those affecting their allocations, without the node)", nil, apiv1.List[apiv1.MaintenanceNotice]{}, 200},
+
 		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},
 		{"GET", "/api/v1/admin/nodes", adminOnly, s.listNodes, "List nodes with mode and slot summary", nil, L{}, 200},
 		{"GET", "/api/v1/admin/nodes/{id}", adminOnly, s.getNode, "Show a node (id or name)", nil, apiv1.Node{}, 200},
-		{"POST", "/api/v1/admin/nodes/{id}/drain", adminOnly, s.drainNode(true), "Drain: no new placements (non-disruptive)", nil, apiv1.Node{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/drain", adminOnly, s.drainNode(true), "Drain: no new placements (non-disruptive); with notice and reason, a maintenance notice to every tenant with an allocation on it (optional body)", apiv1.MaintenanceRequest{}, apiv1.Node{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/undrain", adminOnly, s.drainNode(false), "Undrain", nil, apiv1.Node{}, 200},
 		{"GET", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.listSlots, "List a node's slots", nil, apiv1.List[apiv1.Slot]{}, 200},
 		{"PUT", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.applySlots, "Apply a declarative slot map (dry_run shows the diff)", apiv1.SlotApply{}, apiv1.SlotApplyResult{}, 200},
