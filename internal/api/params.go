@@ -40,15 +40,16 @@ func plainText(s string) bool {
 // refused, so a misspelt filter (?target=x for ?target_id=x) is an error rather than a
 // silently unfiltered answer. A route not listed takes none.
 var queryParams = map[string][]string{
-	"GET /api/v1/capacity":                {"sku", "region"},
-	"GET /api/v1/allocations":             {"status"},
-	"GET /api/v1/admin/os-images":         {"target", "active", "family", "accelerator_vendor", "network_fabric"},
-	"DELETE /api/v1/admin/os-images/{id}": {"hard"},
-	"GET /api/v1/admin/audit":             {"limit", "action", "target_id"},
-	"GET /api/v1/tasks":                   {"node", "allocation"},
-	"GET /api/v1/agent/tasks":             {"wait", "max"},
-	"GET /api/v1/sessions":                {"allocation"},
-	"GET /api/v1/events":                  eventQuery,
+	"GET /api/v1/capacity":                 {"sku", "region"},
+	"GET /api/v1/allocations":              {"status"},
+	"GET /api/v1/admin/os-images":          {"target", "active", "family", "accelerator_vendor", "network_fabric"},
+	"DELETE /api/v1/admin/os-images/{id}":  {"hard"},
+	"GET /api/v1/admin/audit":              {"limit", "action", "target_id"},
+	"GET /api/v1/tasks":                    {"node", "allocation"},
+	"GET /api/v1/agent/tasks":              {"wait", "max"},
+	"GET /api/v1/sessions":                 {"allocation"},
+	"GET /api/v1/events":                   eventQuery,
+	"GET /api/v1/webhooks/{id}/deliveries": {"status", "limit"},
 }
 
 // checkQueryNames refuses a query parameter the route does not read, naming the ones it does.

@@ -49,6 +49,9 @@ type Options struct {
 	// replica with a controller certificate. Without them sessions are served where opened.
 	AdvertiseURL string
 	ReplicaTLS   *tls.Config
+	// WebhookAllowPrivate accepts webhook URLs whose address literal is internal (loopback,
+	// private, link-local); the deliverer checks every connection the same way.
+	WebhookAllowPrivate bool
 }
 
 // Server serves the API.
@@ -77,6 +80,8 @@ type Server struct {
 	authFails  *ipLimiter // authentication failures per client IP
 	enrolls    *ipLimiter // failed enrollments per client IP
 	events     *eventWaiters
+
+	webhookAllowPrivate bool
 }
 
 // New builds the API handler tree.
@@ -84,7 +89,8 @@ func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
 		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
 		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
-		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS, events: &eventWaiters{st: opts.Store}}
+		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS, events: &eventWaiters{st: opts.Store},
+		webhookAllowPrivate: opts.WebhookAllowPrivate}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -237,6 +243,10 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/allocations/{id}/release", anyUser, s.releaseAllocation, "Release an allocation", nil, apiv1.Allocation{}, 200},
 
 		{"GET", "/api/v1/events", anyUser, s.listEvents, "The caller's events after a cursor, oldest first (tenants: their own; query: after, since, limit, wait up to 60s)", nil, apiv1.EventPage{}, 200},
+		{"POST", "/api/v1/webhooks", anyUser, s.createWebhook, "Register an HTTPS endpoint for the caller's events (admins: tenant_id); the signing secret is shown once", apiv1.WebhookCreate{}, apiv1.Webhook{}, 201},
+		{"GET", "/api/v1/webhooks", anyUser, s.listWebhooks, "List webhooks with delivery counts (tenants: their own)", nil, apiv1.List[apiv1.Webhook]{}, 200},
+		{"DELETE", "/api/v1/webhooks/{id}", anyUser, s.deleteWebhook, "Delete a webhook; its pending deliveries end", nil, apiv1.Webhook{}, 200},
+		{"GET", "/api/v1/webhooks/{id}/deliveries", anyUser, s.webhookDeliveries, "A webhook's deliveries with every attempt, newest first (query: status, limit)", nil, apiv1.List[apiv1.WebhookDelivery]{}, 200},
 		{"GET", "/api/v1/maintenance", anyUser, s.listMaintenance, "Maintenance notices (tenants: those affecting their allocations, without the node)", nil, apiv1.List[apiv1.MaintenanceNotice]{}, 200},
 
 		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},

@@ -23,6 +23,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/config"
 	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
+	"github.com/gpuaas/gpuaas/internal/cli/events"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/skus"
@@ -34,6 +35,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/tokens"
 	"github.com/gpuaas/gpuaas/internal/cli/topology"
 	"github.com/gpuaas/gpuaas/internal/cli/version"
+	"github.com/gpuaas/gpuaas/internal/cli/webhooks"
 	"github.com/gpuaas/gpuaas/internal/cli/whoami"
 )
 
@@ -129,6 +131,8 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		sshcmd.NewCmdSSH(f, nil),
 		sshcmd.NewCmdSSHConfig(f),
 		sshcmd.NewCmdSessions(f),
+		events.NewCmdEvents(f, nil),
+		webhooks.NewCmdWebhooks(f),
 	)
 	add("admin",
 		nodes.NewCmdNodes(f),
