@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -11,9 +12,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/webhook"
 )
-
-// maxWebhooksPerTenant bounds a tenant's endpoints (each event is one delivery per webhook).
-const maxWebhooksPerTenant = 10
 
 func newWebhookSecret() string {
 	var b [32]byte
@@ -43,22 +41,19 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request, p Princip
 	if err := webhook.CheckURL(in.URL, s.webhookAllowPrivate); err != nil {
 		return errInvalid("%s", err.Error())
 	}
-	existing, err := s.store.ListWebhooks(r.Context(), tenant)
-	if err != nil {
-		return err
-	}
-	if len(existing) >= maxWebhooksPerTenant {
-		return apiErr(apiv1.CodeConflict, "a tenant has at most 10 webhooks; delete one first", map[string]any{"limit": maxWebhooksPerTenant})
-	}
 	secret := newWebhookSecret()
 	var out apiv1.Webhook
-	err = s.store.InTx(r.Context(), func(tx *store.Tx) error {
+	err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
 		var err error
 		if out, err = tx.CreateWebhook(r.Context(), tenant, in.URL, secret); err != nil {
 			return err
 		}
 		return tx.Audit(r.Context(), audit(r, p, "webhook.create", "webhook", out.ID, map[string]any{"url": in.URL, "tenant_id": tenant}))
 	})
+	if errors.Is(err, store.ErrWebhookLimit) {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("a tenant has at most %d webhooks; delete one first", store.MaxWebhooksPerTenant),
+			map[string]any{"limit": store.MaxWebhooksPerTenant})
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -10,10 +12,30 @@ import (
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
 
+// ErrWebhookLimit is CreateWebhook refusing a tenant's webhook past MaxWebhooksPerTenant.
+var ErrWebhookLimit = fmt.Errorf("%w: a tenant has at most %d webhooks; delete one first", ErrConflict, MaxWebhooksPerTenant)
+
+// MaxWebhooksPerTenant bounds a tenant's live webhooks (each event is one delivery per
+// webhook).
+const MaxWebhooksPerTenant = 10
+
 // CreateWebhook registers a tenant's endpoint. Its fan-out starts at the log's readable head:
-// it receives the events from now on, not the tenant's history.
+// it receives the events from now on, not the tenant's history. The tenant's row is locked
+// while its webhooks are counted, so concurrent creates cannot pass the limit together (NO KEY
+// UPDATE: allocation inserts, which take KEY SHARE through their foreign key, never wait).
 func (t *Tx) CreateWebhook(ctx context.Context, tenantID, url, secret string) (apiv1.Webhook, error) {
 	w := apiv1.Webhook{TenantID: tenantID, URL: url}
+	var live int
+	if err := t.tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhooks WHERE tenant_id = t.id AND deleted_at IS NULL)
+		FROM tenants t WHERE t.id = $1::uuid FOR NO KEY UPDATE`, uuidArg(tenantID)).Scan(&live); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return w, fmt.Errorf("%w: no tenant %s", ErrInvalid, tenantID)
+		}
+		return w, translate(err)
+	}
+	if live >= MaxWebhooksPerTenant {
+		return w, ErrWebhookLimit
+	}
 	err := t.tx.QueryRow(ctx, `INSERT INTO webhooks (tenant_id, url, secret, cursor_xid, cursor_id)
 		SELECT $1::uuid, $2, $3, coalesce(h.xid, '0'), coalesce(h.id, 0)
 		FROM (SELECT NULL) one LEFT JOIN LATERAL (
@@ -46,13 +68,20 @@ func (s *Store) GetWebhook(ctx context.Context, id, tenantID string) (apiv1.Webh
 	return w, translate(err)
 }
 
-// DeleteWebhook removes a live webhook of the tenant (tenantID "": any); its pending
-// deliveries end as dead ("webhook deleted").
+// DeleteWebhook removes a webhook of the tenant (tenantID "": any); its pending deliveries
+// end as dead ("webhook deleted"). Deleting a deleted webhook changes nothing and answers the
+// same (a retried DELETE succeeds).
 func (t *Tx) DeleteWebhook(ctx context.Context, id, tenantID string) (apiv1.Webhook, error) {
 	var w apiv1.Webhook
-	err := t.tx.QueryRow(ctx, `UPDATE webhooks SET deleted_at = now()
-		WHERE id = $1::uuid AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2::uuid)
-		RETURNING id::text, tenant_id::text, url, created_at`, uuidArg(id), optUUID(tenantID)).Scan(&w.ID, &w.TenantID, &w.URL, &w.CreatedAt)
+	err := t.tx.QueryRow(ctx, `WITH del AS (
+			UPDATE webhooks SET deleted_at = now()
+			WHERE id = $1::uuid AND deleted_at IS NULL AND ($2::uuid IS NULL OR tenant_id = $2::uuid)
+			RETURNING id, tenant_id, url, created_at)
+		SELECT id::text, tenant_id::text, url, created_at FROM del
+		UNION ALL
+		SELECT id::text, tenant_id::text, url, created_at FROM webhooks
+		WHERE id = $1::uuid AND deleted_at IS NOT NULL AND ($2::uuid IS NULL OR tenant_id = $2::uuid)`,
+		uuidArg(id), optUUID(tenantID)).Scan(&w.ID, &w.TenantID, &w.URL, &w.CreatedAt)
 	if err != nil {
 		return w, translate(err)
 	}
