@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 )
@@ -177,5 +181,65 @@ func TestDrainWithNoticeTellsTenantsOnTheNode(t *testing.T) {
 	b.must("GET", "/api/v1/maintenance", b.admin, nil, 200, &all)
 	if len(all.Items) != 1 {
 		t.Fatalf("a drain without notice recorded one: %+v", all.Items)
+	}
+}
+
+// Provisioning phases and wipes reach the tenant as events, whatever wrote them (the host's
+// progress and result paths update node_tasks and slot_wipe_proofs; here plain SQL does):
+// one event per new phase, a new attempt's phases again, never the phase's detail.
+func TestEventsForPhasesAndWipes(t *testing.T) {
+	b := setup(t)
+	b.world()
+	var a apiv1.Allocation
+	b.must("POST", "/api/v1/allocations", b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1}, 201, &a)
+	_, cur := b.eventsAfter(b.tenant, "", 1)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var task string
+	if err := conn.QueryRow(ctx, `INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after)
+		SELECT node_id, id, 'slice.vm_provision', '{}', now() + interval '1 hour' FROM allocations WHERE id = $1
+		RETURNING id::text`, a.ID).Scan(&task); err != nil {
+		t.Fatal(err)
+	}
+	phase := func(name, started string) map[string]any {
+		return map[string]any{"name": name, "started_at": started, "duration_ms": 12, "status": "ok", "detail": "/dev/nvme0n1 on host n1"}
+	}
+	t1, t2 := "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
+	for _, phases := range [][]map[string]any{
+		{phase("leases", t1), phase("host_checks", t1)},
+		{phase("leases", t1), phase("host_checks", t1)}, // the same list again: nothing new
+		{phase("leases", t1), phase("host_checks", t1), phase("image", t1)},
+		{phase("leases", t2)}, // the next attempt starts over
+	} {
+		raw, _ := json.Marshal(phases)
+		if _, err := conn.Exec(ctx, `UPDATE node_tasks SET phases = $2 WHERE id = $1`, task, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO slot_wipe_proofs (slot_id, node_id, allocation_id, verified, error)
+		SELECT c.slot_id, c.node_id, c.allocation_id, false, 'simulated' FROM allocation_resource_claims c WHERE c.allocation_id = $1`, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := b.eventsAfter(b.tenant, cur, 5)
+	var got []string
+	for _, e := range evs {
+		if strings.Contains(string(e.Data), "nvme") || strings.Contains(string(e.Data), "n1") {
+			t.Fatalf("event data names host devices: %s", e.Data)
+		}
+		var d struct {
+			Phase string `json:"phase"`
+			Index int    `json:"index"`
+		}
+		_ = json.Unmarshal(e.Data, &d)
+		got = append(got, fmt.Sprintf("%s:%s:%d", e.Type, d.Phase, d.Index))
+	}
+	want := []string{"allocation.phase:leases:0", "allocation.phase:host_checks:1", "allocation.phase:image:2", "allocation.phase:leases:0", "allocation.wipe::0"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("events\n got %v\nwant %v", got, want)
 	}
 }
