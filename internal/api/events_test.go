@@ -141,6 +141,10 @@ func TestDrainWithNoticeTellsTenantsOnTheNode(t *testing.T) {
 	if !n.Draining {
 		t.Fatal("not drained")
 	}
+	// One audit row for the drain, naming the notice.
+	if _, raw := b.do("GET", "/api/v1/admin/audit?action=node.drain&limit=5", b.admin, nil); strings.Count(string(raw), `"firmware update"`) != 1 {
+		t.Fatalf("audit of the drain with notice: %s", raw)
+	}
 	evs, _ := b.eventsAfter(b.tenant, cur, 1)
 	if len(evs) != 1 || evs[0].Type != "maintenance.scheduled" || evs[0].AllocationID != a.ID {
 		t.Fatalf("tenant events after the notice: %+v", evs)

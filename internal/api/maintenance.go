@@ -1,13 +1,11 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // maxMaintenanceNotice bounds how far ahead a maintenance deadline may be announced.
@@ -52,17 +50,4 @@ func (s *Server) listMaintenance(w http.ResponseWriter, r *http.Request, p Princ
 	}
 	writeJSON(w, http.StatusOK, apiv1.List[apiv1.MaintenanceNotice]{Items: items})
 	return nil
-}
-
-// scheduleMaintenance records the notice of a drain in its transaction.
-func scheduleMaintenance(r *http.Request, tx *store.Tx, p Principal, nodeID, reason string, deadline time.Time) (apiv1.MaintenanceNotice, error) {
-	n, err := tx.CreateMaintenanceNotice(r.Context(), nodeID, reason, deadline, p.Name)
-	if errors.Is(err, store.ErrNotFound) {
-		return n, errNotFound("node not found")
-	}
-	if err != nil {
-		return n, err
-	}
-	return n, tx.Audit(r.Context(), audit(r, p, "node.maintenance", "node", nodeID,
-		map[string]any{"notice_id": n.ID, "deadline": n.Deadline, "reason": reason, "allocations": len(n.Allocations)}))
 }

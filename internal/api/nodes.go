@@ -128,14 +128,15 @@ func (s *Server) drainNode(drain bool) handlerFunc {
 			if drain {
 				action = "node.drain"
 			}
-			if err := tx.Audit(r.Context(), audit(r, p, action, "node", out.ID, map[string]any{"name": out.Name})); err != nil {
-				return err
+			details := map[string]any{"name": out.Name}
+			if !deadline.IsZero() {
+				n, err := tx.CreateMaintenanceNotice(r.Context(), out.ID, reason, deadline, p.Name)
+				if err != nil {
+					return err
+				}
+				details["maintenance"] = map[string]any{"notice_id": n.ID, "deadline": n.Deadline, "reason": reason, "allocations": len(n.Allocations)}
 			}
-			if deadline.IsZero() {
-				return nil
-			}
-			_, err = scheduleMaintenance(r, tx, p, out.ID, reason, deadline)
-			return err
+			return tx.Audit(r.Context(), audit(r, p, action, "node", out.ID, details))
 		})
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("node " + r.PathValue("id") + " not found")

@@ -315,3 +315,12 @@ func TestCheckURL(t *testing.T) {
 		t.Errorf("allowed private: %v", err)
 	}
 }
+
+// The signature is the one docs/tenants.md's shell and Python recipes compute (this vector
+// was computed with both: openssl dgst -sha256 -hmac, and Python's hmac).
+func TestSignMatchesTheDocumentedRecipe(t *testing.T) {
+	got := webhook.Sign("whsec_abc", "1800000000", []byte(`{"event":{"type":"allocation.active"}}`))
+	if want := "v1=ceaa745791336cee8101f5046ad5858f4e8163c0fdd35b48e5b5136c0f7b7ce6"; got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+}
