@@ -147,41 +147,33 @@ func (s *Store) WebhookDeliveries(ctx context.Context, webhookID, status string,
 	return out, nil
 }
 
-// FanOutWebhooks turns readable events into deliveries for every live webhook whose row it
-// can lock (FOR UPDATE SKIP LOCKED: replicas share the work), at most batch events per
-// webhook, advancing each webhook's cursor in the same transaction. It returns how many
+// FanOutWebhooks turns readable events into deliveries, in one statement: it locks the live
+// webhooks that have new events (FOR UPDATE SKIP LOCKED: replicas share the work, and an
+// idle fleet locks and writes nothing), inserts at most batch deliveries per webhook in log
+// order, and advances each webhook's cursor in the same transaction. It returns how many
 // deliveries it made.
 func (s *Store) FanOutWebhooks(ctx context.Context, batch int) (int, error) {
-	made := 0
-	err := s.InTx(ctx, func(tx *Tx) error {
-		made = 0
-		ids, err := queryAll(ctx, tx.tx, func(r pgx.Row, id *string) error { return r.Scan(id) },
-			`SELECT id::text FROM webhooks WHERE deleted_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED`)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			var n int
-			if err := tx.tx.QueryRow(ctx, `WITH w AS (SELECT tenant_id, cursor_xid, cursor_id FROM webhooks WHERE id = $1::uuid),
-				ev AS (
-					SELECT e.xid, e.id FROM events e, w
-					WHERE e.tenant_id = w.tenant_id AND (e.xid, e.id) > (w.cursor_xid, w.cursor_id)
-					  AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
-					ORDER BY e.xid, e.id LIMIT $2),
-				ins AS (
-					INSERT INTO webhook_deliveries (webhook_id, event_id) SELECT $1::uuid, id FROM ev
-					ON CONFLICT (webhook_id, event_id) DO NOTHING RETURNING 1),
-				last AS (SELECT xid, id FROM ev ORDER BY xid DESC, id DESC LIMIT 1),
-				moved AS (
-					UPDATE webhooks SET cursor_xid = last.xid, cursor_id = last.id FROM last WHERE webhooks.id = $1::uuid RETURNING 1)
-				SELECT (SELECT count(*) FROM ins) + 0 * (SELECT count(*) FROM moved)`, id, batch).Scan(&n); err != nil {
-				return translate(err)
-			}
-			made += n
-		}
-		return nil
-	})
-	return made, err
+	var made int
+	err := s.pool.QueryRow(ctx, `WITH w AS (
+			SELECT w.id, w.tenant_id, w.cursor_xid, w.cursor_id FROM webhooks w
+			WHERE w.deleted_at IS NULL AND EXISTS (
+				SELECT 1 FROM events e WHERE e.tenant_id = w.tenant_id AND (e.xid, e.id) > (w.cursor_xid, w.cursor_id)
+				  AND e.xid < pg_snapshot_xmin(pg_current_snapshot()))
+			FOR UPDATE OF w SKIP LOCKED),
+		ev AS (
+			SELECT w.id AS webhook_id, e.xid, e.id FROM w CROSS JOIN LATERAL (
+				SELECT e.xid, e.id FROM events e
+				WHERE e.tenant_id = w.tenant_id AND (e.xid, e.id) > (w.cursor_xid, w.cursor_id)
+				  AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+				ORDER BY e.xid, e.id LIMIT $1) e),
+		ins AS (
+			INSERT INTO webhook_deliveries (webhook_id, event_id) SELECT webhook_id, id FROM ev
+			ON CONFLICT (webhook_id, event_id) DO NOTHING RETURNING 1),
+		last AS (SELECT DISTINCT ON (webhook_id) webhook_id, xid, id FROM ev ORDER BY webhook_id, xid DESC, id DESC),
+		moved AS (
+			UPDATE webhooks SET cursor_xid = last.xid, cursor_id = last.id FROM last WHERE webhooks.id = last.webhook_id RETURNING 1)
+		SELECT count(*) FROM ins`, batch).Scan(&made)
+	return made, translate(err)
 }
 
 // DueDelivery is a delivery claimed for one attempt.

@@ -324,3 +324,51 @@ func TestSignMatchesTheDocumentedRecipe(t *testing.T) {
 		t.Fatalf("Sign = %s, want %s", got, want)
 	}
 }
+
+// Replicas claiming at the same moment never get the same delivery (SKIP LOCKED).
+func TestConcurrentClaimsNeverShareADelivery(t *testing.T) {
+	b := setup(t, "https://hooks.example.com/x")
+	ctx := context.Background()
+	const n = 200
+	b.emit(n, b.tenant)
+	for made := 0; made < n; {
+		m, err := b.st.FanOutWebhooks(ctx, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made += m
+	}
+	var mu sync.Mutex
+	claimed := map[string]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ds, err := b.st.ClaimWebhookDeliveries(ctx, 5, time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ds) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, d := range ds {
+					claimed[d.ID]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(claimed) != n {
+		t.Fatalf("%d deliveries claimed, want %d", len(claimed), n)
+	}
+	for id, c := range claimed {
+		if c != 1 {
+			t.Fatalf("delivery %s claimed %d times", id, c)
+		}
+	}
+}
