@@ -83,10 +83,10 @@ func (e *eventWaiters) watchHead() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		head, err := e.st.EventHead(ctx)
 		cancel()
+		// The first read wakes too: an event may have become readable between a waiter's own
+		// read and this one, and the head it now shows would never change again for it.
 		if err == nil && (first || head != last) {
-			if !first {
-				e.wake()
-			}
+			e.wake()
 			last, first = head, false
 		}
 		<-t.C
