@@ -145,6 +145,11 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return err
 	}
 	defer st.Close()
+	if behind, err := st.EventClockBehind(ctx); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	} else if behind {
+		log.Error("the event log holds transaction ids this PostgreSQL cluster has not reached (restored from a logical dump?): new events would sort before the cursors clients and webhooks hold and never reach them; advance the cluster's next transaction id past them (pg_resetwal -x) before serving")
+	}
 	if err := ensureAdminToken(ctx, st, cfg.StateDir); err != nil {
 		return fmt.Errorf("admin token: %w", err)
 	}

@@ -178,3 +178,13 @@ func (s *Store) EventHead(ctx context.Context) (EventCursor, error) {
 	c.XID, err = strconv.ParseUint(xid, 10, 64)
 	return c, err
 }
+
+// EventClockBehind reports whether the log holds events of transaction ids this cluster has
+// not reached: the database was restored from a logical dump into another cluster, which
+// numbers transactions afresh. New events would then sort before cursors clients and webhooks
+// already hold, and they would never see them.
+func (s *Store) EventClockBehind(ctx context.Context) (bool, error) {
+	var behind bool
+	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT xid FROM events ORDER BY xid DESC LIMIT 1) >= pg_snapshot_xmax(pg_current_snapshot()), false)`).Scan(&behind)
+	return behind, translate(err)
+}

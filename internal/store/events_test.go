@@ -226,3 +226,25 @@ func TestEventLogIsAppendOnlyAndCursorsAreChecked(t *testing.T) {
 		t.Fatalf("round trip: %v %v", c, err)
 	}
 }
+
+// A log whose events carry transaction ids the cluster has not reached (a logical restore
+// into another cluster) is detected; a normal one is not.
+func TestEventClockBehind(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	appendNow(t, st, "test.one")
+	if behind, err := st.EventClockBehind(ctx); err != nil || behind {
+		t.Fatalf("fresh log: behind %v, %v", behind, err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO events (type, xid) VALUES ('test.restored', '9000000000000')`); err != nil {
+		t.Fatal(err)
+	}
+	if behind, err := st.EventClockBehind(ctx); err != nil || !behind {
+		t.Fatalf("restored log: behind %v, %v", behind, err)
+	}
+}
