@@ -101,7 +101,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, p Principal)
 	q := r.URL.Query()
 	after, err := store.ParseEventCursor(q.Get("after"))
 	if err != nil {
-		return errInvalid("after: %s", "not a cursor this API gave (pass a previous answer's next_cursor)")
+		return errInvalid("after is not a cursor this API gave (pass a previous answer's next_cursor)")
 	}
 	f := store.EventFilter{After: after}
 	if !p.IsAdmin() {

@@ -112,8 +112,6 @@ type EventFilter struct {
 	Limit    int       // 1..1000, default 100
 }
 
-// readable is the horizon: rows of transactions older than the oldest one in flight, read in
-// the statement's own snapshot (pg_current_snapshot is the active snapshot).
 const eventColumns = `xid::text, id, type, coalesce(tenant_id::text, ''), coalesce(allocation_id::text, ''),
 	coalesce(node_id::text, ''), data, created_at`
 
@@ -123,6 +121,9 @@ func (s *Store) ReadEvents(ctx context.Context, f EventFilter) ([]Event, EventCu
 	return readEvents(ctx, s.pool, f)
 }
 
+// readEvents reads past the cursor up to the horizon: rows of transactions older than the
+// oldest one in flight, judged in the statement's own snapshot (pg_current_snapshot is the
+// active snapshot, the one the rows are read in).
 func readEvents(ctx context.Context, q querier, f EventFilter) ([]Event, EventCursor, error) {
 	if f.Limit <= 0 || f.Limit > 1000 {
 		f.Limit = 100
