@@ -173,13 +173,15 @@ func (d *Deliverer) attempt(ctx context.Context, dd store.DueDelivery) {
 	}
 	start := time.Now()
 	code, aerr := d.post(ctx, dd, body)
-	if ctx.Err() != nil {
-		return // shutting down: the claim's lease lets another run retry it
-	}
 	a := store.WebhookAttempt{DeliveryID: dd.ID, Attempt: dd.Attempt, StatusCode: code, Duration: time.Since(start),
 		Delivered: aerr == nil, RetryIn: d.backoff(dd.Attempt), MaxAge: d.cfg.MaxAge}
 	if aerr != nil {
 		a.Error = aerr.Error()
+	}
+	if ctx.Err() != nil && aerr != nil {
+		// The replica is stopping: the attempt is on record as interrupted and the next one
+		// is due after the first backoff, not after the claim's lease.
+		a.StatusCode, a.Error, a.RetryIn = 0, "interrupted: the controller replica stopped", d.cfg.BaseBackoff
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
