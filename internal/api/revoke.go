@@ -91,6 +91,6 @@ func (s *Server) listenReplicas(ctx context.Context) {
 	s.store.ListenEach(ctx, map[string]func(string){RevokeChannel: s.dropCached, TerminalChannel: s.applyEnd,
 		store.EventsChannel: func(string) { s.events.wake() }},
 		func(err error) {
-			s.log.Warn("revocation and terminal notifications interrupted; reconnecting", "err", err)
+			s.log.Warn("revocation, terminal and event notifications interrupted; reconnecting", "err", err)
 		}, nil)
 }

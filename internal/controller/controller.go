@@ -309,9 +309,9 @@ func servePprof(addr string, tlsCfg *tls.Config, log *slog.Logger) (func(), erro
 	return func() { _ = srv.Close() }, nil
 }
 
-// webhookDeliverer runs this replica's share of webhook deliveries (on the background pool:
-// a slow receiver never holds a tenant request's connection). Receivers' certificates chain
-// to the system roots, plus --webhook-ca-file.
+// webhookDeliverer runs this replica's share of webhook deliveries, on the background pool
+// beside the dispatcher (no connection is held while a receiver answers). Receivers'
+// certificates chain to the system roots, plus --webhook-ca-file.
 func webhookDeliverer(cfg Config, st *store.Store, log *slog.Logger) (*webhook.Deliverer, error) {
 	wc := webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate}
 	if cfg.WebhookCAFile != "" {
