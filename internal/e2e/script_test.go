@@ -111,6 +111,8 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"waitparked":       waitParked,
 			"recordoutcome":    recordOutcome,
 			"invariants":       checkInvariants,
+			"hookreceiver":     hookReceiverCmd,
+			"waithook":         waitHook,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,
