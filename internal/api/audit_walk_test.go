@@ -116,6 +116,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 
 	var walkNode apiv1.Node
 	var walkToken apiv1.Token
+	var walkHook apiv1.Webhook
 	var walkNodeClient *http.Client
 	var createdAlloc, createdReservation string
 	steps := []auditStep{
@@ -132,6 +133,9 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		{route: "POST /api/v1/admin/nodes/{id}/bootstrap-token", path: "/api/v1/admin/nodes/node-walk/bootstrap-token", status: 201, action: "node.bootstrap_token", target: func([]byte) string { return walkNode.ID }},
 		{route: "POST /api/v1/admin/nodes/{id}/revoke", path: "/api/v1/admin/nodes/node-walk/revoke", status: 200, action: "node.revoke", target: func([]byte) string { return walkNode.ID }},
 		{route: "POST /api/v1/admin/nodes/{id}/drain", path: "/api/v1/admin/nodes/" + z + "/drain", status: 200, action: "node.drain", target: fixedID(z)},
+		{route: "POST /api/v1/webhooks", path: "/api/v1/webhooks", body: apiv1.WebhookCreate{URL: "https://hooks.example.com/walk", TenantID: w.tenBID}, status: 201, action: "webhook.create",
+			target: func(b []byte) string { _ = json.Unmarshal(b, &walkHook); return walkHook.ID }},
+		{route: "DELETE /api/v1/webhooks/{id}", path: "/api/v1/webhooks/{walkHook}", status: 200, action: "webhook.delete", target: func([]byte) string { return walkHook.ID }},
 		{route: "POST /api/v1/admin/nodes/{id}/undrain", path: "/api/v1/admin/nodes/" + z + "/undrain", status: 200, action: "node.undrain", target: fixedID(z)},
 		{route: "PUT /api/v1/admin/nodes/{id}/slots", path: "/api/v1/admin/nodes/" + z + "/slots", body: apiv1.SlotApply{Slots: changed}, status: 200, action: "node.slots.apply", target: fixedID(z)},
 		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/disable", path: "/api/v1/admin/nodes/" + z + "/slots/7/disable", status: 200, action: "slot.disable", target: jsonID},
@@ -201,6 +205,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 	for i, s := range steps {
 		path, reqBody := s.path, s.body
 		path = strings.ReplaceAll(path, "{walkToken}", walkToken.ID)
+		path = strings.ReplaceAll(path, "{walkHook}", walkHook.ID)
 		path = strings.ReplaceAll(path, "{createdAlloc}", createdAlloc)
 		path = strings.ReplaceAll(path, "{createdReservation}", createdReservation)
 		client := w.plain

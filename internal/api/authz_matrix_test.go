@@ -71,6 +71,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	active := w.activeAllocation()
 	var ticket apiv1.TerminalTicket
 	w.must("POST", "/api/v1/allocations/"+active+"/terminal", w.tenA, apiv1.TerminalRequest{Mode: "terminal"}, 201, &ticket)
+	var hook apiv1.Webhook
+	w.must("POST", "/api/v1/webhooks", w.tenA, apiv1.WebhookCreate{URL: "https://hooks.example.com/a"}, 201, &hook)
 	spare := w.newToken("spare", "tenant", w.tenAID)
 	var reservation apiv1.Reservation
 	w.must("POST", "/api/v1/reservations", w.tenA, apiv1.ReservationCreate{SKU: "h200-sxm-slice", GPUs: 1}, 201, &reservation)
@@ -109,6 +111,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 			body: apiv1.QuotaSet{SKU: "h200-sxm-slice", MaxGPUs: refTo(1000)}, ok: 200},
 		"DELETE /api/v1/admin/tenants/{id}/quotas": {path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas?sku=h200-sxm-slice", who: accAdmin, ok: 200},
 		"GET /api/v1/sessions/{session}":           {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
+		"GET /api/v1/events":                    {path: "/api/v1/events", who: accUser, ok: 200},
+		"GET /api/v1/maintenance":               {path: "/api/v1/maintenance", who: accUser, ok: 200},
+		// An admin names the tenant (without one: 400, past authorization).
+		"POST /api/v1/webhooks":                {path: "/api/v1/webhooks", who: accUser, body: apiv1.WebhookCreate{URL: "https://hooks.example.com/b"}},
+		"GET /api/v1/webhooks":                 {path: "/api/v1/webhooks", who: accUser, ok: 200},
+		"GET /api/v1/webhooks/{id}/deliveries": {path: "/api/v1/webhooks/" + hook.ID + "/deliveries", who: accOwnA, ok: 200},
+		"DELETE /api/v1/webhooks/{id}":         {path: "/api/v1/webhooks/" + hook.ID, who: accOwnA, ok: 200},
 		"GET /api/v1/sessions/{session}/recording": {path: "/api/v1/sessions/" + ticket.SessionID + "/recording", who: accOwnA,
 			ok: 404, okMsg: "was not recorded", hiddenMsg: "not found"},
 

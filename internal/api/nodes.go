@@ -111,6 +111,14 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request, _ Principal) er
 func (s *Server) drainNode(drain bool) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p Principal) error {
 		var out apiv1.Node
+		var reason string
+		var deadline time.Time
+		if drain {
+			var err error
+			if reason, deadline, err = maintenanceRequest(w, r, time.Now()); err != nil {
+				return err
+			}
+		}
 		err := s.store.InTx(r.Context(), func(tx *store.Tx) error {
 			var err error
 			if out, err = tx.SetDraining(r.Context(), r.PathValue("id"), drain); err != nil {
@@ -120,13 +128,24 @@ func (s *Server) drainNode(drain bool) handlerFunc {
 			if drain {
 				action = "node.drain"
 			}
-			return tx.Audit(r.Context(), audit(r, p, action, "node", out.ID, map[string]any{"name": out.Name}))
+			details := map[string]any{"name": out.Name}
+			if !deadline.IsZero() {
+				n, err := tx.CreateMaintenanceNotice(r.Context(), out.ID, reason, deadline, p.Name)
+				if err != nil {
+					return err
+				}
+				details["maintenance"] = map[string]any{"notice_id": n.ID, "deadline": n.Deadline, "reason": reason, "allocations": len(n.Allocations)}
+			}
+			return tx.Audit(r.Context(), audit(r, p, action, "node", out.ID, details))
 		})
 		if errors.Is(err, store.ErrNotFound) {
 			return errNotFound("node " + r.PathValue("id") + " not found")
 		}
 		if err != nil {
 			return err
+		}
+		if !deadline.IsZero() {
+			s.notifyEvents(r.Context())
 		}
 		writeJSON(w, http.StatusOK, s.present(out))
 		return nil

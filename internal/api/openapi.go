@@ -25,6 +25,10 @@ func (s *Server) openapi(w http.ResponseWriter, _ *http.Request, _ Principal) er
 
 var pathParamRE = regexp.MustCompile(`\{([a-z_]+)\}`)
 
+// optionalBodies are the routes whose request body may be left out (a drain without a
+// maintenance notice).
+var optionalBodies = map[string]bool{"POST /api/v1/admin/nodes/{id}/drain": true}
+
 // buildOpenAPI derives the OpenAPI 3.1 document from the route table and the apiv1 types by
 // reflection, so the document cannot drift from the handlers.
 func (s *Server) buildOpenAPI() map[string]any {
@@ -47,7 +51,7 @@ func (s *Server) buildOpenAPI() map[string]any {
 			op["parameters"] = params
 		}
 		if rt.req != nil {
-			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+			op["requestBody"] = map[string]any{"required": !optionalBodies[rt.method+" "+rt.path], "content": map[string]any{
 				"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(rt.req))}}}
 		}
 		ok := map[string]any{"description": http.StatusText(rt.status)}

@@ -84,11 +84,13 @@ func (s *Server) dropCached(what string) {
 	}
 }
 
-// listenReplicas applies other replicas' revocations to this replica's caches, and their
-// session ends to the terminal sessions it holds (one connection for both).
+// listenReplicas applies other replicas' revocations to this replica's caches, their
+// session ends to the terminal sessions it holds, and their event notifications to its event
+// long polls (one connection for all).
 func (s *Server) listenReplicas(ctx context.Context) {
-	s.store.ListenEach(ctx, map[string]func(string){RevokeChannel: s.dropCached, TerminalChannel: s.applyEnd},
+	s.store.ListenEach(ctx, map[string]func(string){RevokeChannel: s.dropCached, TerminalChannel: s.applyEnd,
+		store.EventsChannel: func(string) { s.events.wake() }},
 		func(err error) {
-			s.log.Warn("revocation and terminal notifications interrupted; reconnecting", "err", err)
+			s.log.Warn("revocation, terminal and event notifications interrupted; reconnecting", "err", err)
 		}, nil)
 }

@@ -49,6 +49,9 @@ type Options struct {
 	// replica with a controller certificate. Without them sessions are served where opened.
 	AdvertiseURL string
 	ReplicaTLS   *tls.Config
+	// WebhookAllowPrivate accepts webhook URLs whose address literal is internal (loopback,
+	// private, link-local); the deliverer checks every connection the same way.
+	WebhookAllowPrivate bool
 }
 
 // Server serves the API.
@@ -76,6 +79,9 @@ type Server struct {
 	secCfg     SecurityConfig
 	authFails  *ipLimiter // authentication failures per client IP
 	enrolls    *ipLimiter // failed enrollments per client IP
+	events     *eventWaiters
+
+	webhookAllowPrivate bool
 }
 
 // New builds the API handler tree.
@@ -83,7 +89,8 @@ func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
 		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
 		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
-		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS}
+		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS, events: &eventWaiters{st: opts.Store},
+		webhookAllowPrivate: opts.WebhookAllowPrivate}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -243,10 +250,17 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/reservations/{id}", anyUser, s.getReservation, "Show a capacity reservation", nil, apiv1.Reservation{}, 200},
 		{"POST", "/api/v1/reservations/{id}/cancel", anyUser, s.cancelReservation, "Cancel a capacity reservation: its slots return to the fleet", nil, apiv1.Reservation{}, 200},
 
+		{"GET", "/api/v1/events", anyUser, s.listEvents, "The caller's events after a cursor, oldest first (tenants: their own; query: after, since, limit, wait up to 60s)", nil, apiv1.EventPage{}, 200},
+		{"POST", "/api/v1/webhooks", anyUser, s.createWebhook, "Register an HTTPS endpoint for the caller's events (admins: tenant_id); the signing secret is shown once", apiv1.WebhookCreate{}, apiv1.Webhook{}, 201},
+		{"GET", "/api/v1/webhooks", anyUser, s.listWebhooks, "List webhooks with delivery counts (tenants: their own)", nil, apiv1.List[apiv1.Webhook]{}, 200},
+		{"DELETE", "/api/v1/webhooks/{id}", anyUser, s.deleteWebhook, "Delete a webhook; its pending deliveries end", nil, apiv1.Webhook{}, 200},
+		{"GET", "/api/v1/webhooks/{id}/deliveries", anyUser, s.webhookDeliveries, "A webhook's deliveries with every attempt, newest first (query: status, limit)", nil, apiv1.List[apiv1.WebhookDelivery]{}, 200},
+		{"GET", "/api/v1/maintenance", anyUser, s.listMaintenance, "Maintenance notices (tenants: those affecting their allocations, without the node)", nil, apiv1.List[apiv1.MaintenanceNotice]{}, 200},
+
 		{"POST", "/api/v1/admin/nodes", adminOnly, s.createNode, "Register a node", apiv1.NodeCreate{}, apiv1.Node{}, 201},
 		{"GET", "/api/v1/admin/nodes", adminOnly, s.listNodes, "List nodes with mode and slot summary", nil, L{}, 200},
 		{"GET", "/api/v1/admin/nodes/{id}", adminOnly, s.getNode, "Show a node (id or name)", nil, apiv1.Node{}, 200},
-		{"POST", "/api/v1/admin/nodes/{id}/drain", adminOnly, s.drainNode(true), "Drain: no new placements (non-disruptive)", nil, apiv1.Node{}, 200},
+		{"POST", "/api/v1/admin/nodes/{id}/drain", adminOnly, s.drainNode(true), "Drain: no new placements (non-disruptive); with notice and reason, a maintenance notice to every tenant with an allocation on it (optional body)", apiv1.MaintenanceRequest{}, apiv1.Node{}, 200},
 		{"POST", "/api/v1/admin/nodes/{id}/undrain", adminOnly, s.drainNode(false), "Undrain", nil, apiv1.Node{}, 200},
 		{"GET", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.listSlots, "List a node's slots", nil, apiv1.List[apiv1.Slot]{}, 200},
 		{"PUT", "/api/v1/admin/nodes/{id}/slots", adminOnly, s.applySlots, "Apply a declarative slot map (dry_run shows the diff)", apiv1.SlotApply{}, apiv1.SlotApplyResult{}, 200},

@@ -24,6 +24,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/configcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/dashboardcmd"
 	"github.com/gpuaas/gpuaas/internal/cli/healthcmd"
+	"github.com/gpuaas/gpuaas/internal/cli/events"
 	"github.com/gpuaas/gpuaas/internal/cli/images"
 	"github.com/gpuaas/gpuaas/internal/cli/nodes"
 	"github.com/gpuaas/gpuaas/internal/cli/quota"
@@ -37,6 +38,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/cli/tokens"
 	"github.com/gpuaas/gpuaas/internal/cli/topology"
 	"github.com/gpuaas/gpuaas/internal/cli/version"
+	"github.com/gpuaas/gpuaas/internal/cli/webhooks"
 	"github.com/gpuaas/gpuaas/internal/cli/whoami"
 )
 
@@ -134,6 +136,8 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		sshcmd.NewCmdSSH(f, nil),
 		sshcmd.NewCmdSSHConfig(f),
 		sshcmd.NewCmdSessions(f),
+		events.NewCmdEvents(f, nil),
+		webhooks.NewCmdWebhooks(f),
 	)
 	add("admin",
 		nodes.NewCmdNodes(f),

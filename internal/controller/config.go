@@ -50,6 +50,10 @@ type Config struct {
 	// AllowSimulatedHosts sells nodes whose hostd runs the sim runtime and accepts their
 	// simulated provisioning and wipes (demo, soak, bench). Off, the database refuses them.
 	AllowSimulatedHosts bool `mapstructure:"allow_simulated_hosts"`
+	// WebhookCAFile adds CA certificates (PEM) to the system roots that webhook receivers'
+	// certificates may chain to; WebhookAllowPrivate lets webhooks reach internal addresses.
+	WebhookCAFile       string `mapstructure:"webhook_ca_file"`
+	WebhookAllowPrivate bool   `mapstructure:"webhook_allow_private"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -99,6 +103,10 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "auto", "CPUs the Go runtime schedules on: auto (half of them when PostgreSQL runs on this machine, so the controller's idle processors do not spin on the database's cores; else all), all, or a count; a GOMAXPROCS variable overrides it")
 		case "allow-simulated-hosts":
 			fs.Bool(n, false, "place tenant allocations on hosts running the sim runtime and accept their simulated provisioning and wipe proofs (demo, soak, bench only: no VM exists and no disk is wiped there)")
+		case "webhook-ca-file":
+			fs.String(n, "", "PEM file of extra CA certificates webhook receivers' certificates may chain to, besides the system roots (certificates are always verified)")
+		case "webhook-allow-private":
+			fs.Bool(n, false, "let webhooks reach loopback, private and link-local addresses (refused by default at connect time: no requests into the controller's own network)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/pgserver"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/webhook"
 )
 
 // embeddedDB is the database name inside the private cluster.
@@ -144,6 +145,11 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return err
 	}
 	defer st.Close()
+	if behind, err := st.EventClockBehind(ctx); err != nil {
+		return fmt.Errorf("event log: %w", err)
+	} else if behind {
+		log.Error("the event log holds transaction ids this PostgreSQL cluster has not reached (restored from a logical dump?): new events would sort before the cursors clients and webhooks hold and never reach them; advance the cluster's next transaction id past them (pg_resetwal -x) before serving")
+	}
 	if err := ensureAdminToken(ctx, st, cfg.StateDir); err != nil {
 		return fmt.Errorf("admin token: %w", err)
 	}
@@ -193,12 +199,17 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	}
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
 		Terminal:     api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir},
-		AdvertiseURL: advertise, ReplicaTLS: replicaTLS})
+		AdvertiseURL: advertise, ReplicaTLS: replicaTLS, WebhookAllowPrivate: cfg.WebhookAllowPrivate})
 	if err := apiSrv.EndStaleSessions(ctx); err != nil {
 		return fmt.Errorf("terminal sessions of this replica's previous run: %w", err)
 	}
 
 	go apiSrv.RunBackground(dctx)
+	hooks, err := webhookDeliverer(cfg, hostSt, log)
+	if err != nil {
+		return err
+	}
+	go hooks.Run(dctx)
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)
@@ -296,4 +307,26 @@ func servePprof(addr string, tlsCfg *tls.Config, log *slog.Logger) (func(), erro
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	log.Info("pprof serving", "addr", "https://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { _ = srv.Close() }, nil
+}
+
+// webhookDeliverer runs this replica's share of webhook deliveries, on the background pool
+// beside the dispatcher (no connection is held while a receiver answers). Receivers'
+// certificates chain to the system roots, plus --webhook-ca-file.
+func webhookDeliverer(cfg Config, st *store.Store, log *slog.Logger) (*webhook.Deliverer, error) {
+	wc := webhook.Config{AllowPrivate: cfg.WebhookAllowPrivate}
+	if cfg.WebhookCAFile != "" {
+		pem, err := os.ReadFile(cfg.WebhookCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-ca-file: %w", err)
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil || roots == nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--webhook-ca-file %s: no PEM certificate in it", cfg.WebhookCAFile)
+		}
+		wc.RootCAs = roots
+	}
+	return webhook.New(st, wc, log), nil
 }

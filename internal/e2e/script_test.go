@@ -113,6 +113,8 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"recordoutcome":    recordOutcome,
 			"invariants":       checkInvariants,
 			"labhost":          labHost,
+			"hookreceiver":     hookReceiverCmd,
+			"waithook":         waitHook,
 		},
 		Condition:           labCondition,
 		RequireExplicitExec: true,

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,10 @@ type DrainOptions struct {
 	Node   string
 	Drain  bool // false: undrain
 	Output output.Format
+	// Notice and Reason (drain only) send a maintenance notice: every tenant with an
+	// allocation on the node gets a maintenance.scheduled event with the deadline now+Notice.
+	Notice time.Duration
+	Reason string
 }
 
 // NewCmdDrain is `nodes drain NODE`.
@@ -39,11 +44,25 @@ func newCmdDrain(f *cmdutil.Factory, runF func(*DrainOptions) error, drain bool,
 		Args:  cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Node = args[0]
+			if drain && (opts.Notice > 0) != (opts.Reason != "") {
+				return cmdutil.FlagErrorf("--notice and --reason go together: how long until the maintenance, and why")
+			}
+			if opts.Notice < 0 {
+				return cmdutil.FlagErrorf("--notice must be a positive duration such as 24h")
+			}
 			if runF != nil {
 				return runF(opts)
 			}
 			return drainRun(cmd.Context(), opts)
 		},
+	}
+	if drain {
+		cmd.Long = `Stop new placements on a node; live allocations continue. With --notice and --reason,
+every tenant with an allocation on the node also gets a maintenance notice (a
+maintenance.scheduled event, and webhook deliveries) with the deadline and the reason, never
+the node's identity; ` + "`gpuaasctl nodes maintenance`" + ` lists the notices.`
+		cmd.Flags().DurationVar(&opts.Notice, "notice", 0, "announce maintenance this far ahead, e.g. 24h (with --reason)")
+		cmd.Flags().StringVar(&opts.Reason, "reason", "", "what tenants are told (with --notice)")
 	}
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
@@ -55,9 +74,12 @@ func drainRun(ctx context.Context, opts *DrainOptions) error {
 		return err
 	}
 	var n *apiv1.Node
-	if opts.Drain {
+	switch {
+	case opts.Drain && opts.Notice > 0:
+		n, err = c.DrainNodeWithNotice(ctx, opts.Node, opts.Notice, opts.Reason)
+	case opts.Drain:
 		n, err = c.DrainNode(ctx, opts.Node)
-	} else {
+	default:
 		n, err = c.UndrainNode(ctx, opts.Node)
 	}
 	if err != nil {

@@ -21,6 +21,7 @@ func NewCmdNodes(f *cmdutil.Factory) *cobra.Command {
 		NewCmdShow(f, nil),
 		NewCmdDrain(f, nil),
 		NewCmdUndrain(f, nil),
+		NewCmdMaintenance(f, nil),
 		NewCmdBootstrapToken(f, nil),
 		NewCmdRevoke(f, nil),
 		NewCmdStorageTransition(f, nil),
