@@ -84,6 +84,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 		if a.runtime, a.vm, err = newVMRuntime(cfg, log); err != nil {
 			return nil, err
 		}
+		a.m.registerImageCache(a.vm.images)
 	default:
 		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
 	}

@@ -101,6 +101,11 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if p.Image.SourceRef == "" {
 				return "", fmt.Errorf("image %s has no source", p.Image.Slug)
 			}
+			// Pinned before the fetch: from here until release the cache keeps this image.
+			if err := h.pinImage(p.AllocationID, p.Image.DigestSHA256); err != nil {
+				return "", err
+			}
+			cleanup = append(cleanup, func() { _ = os.RemoveAll(dir) })
 			var fresh bool
 			var err error
 			var last time.Time
