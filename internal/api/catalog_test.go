@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/api"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -32,7 +33,7 @@ type catalogAPI struct {
 	tenant string
 }
 
-func newCatalogAPI(t *testing.T) *catalogAPI {
+func newCatalogAPI(t *testing.T, imageKeys ...imagesig.Key) *catalogAPI {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
@@ -56,7 +57,7 @@ func newCatalogAPI(t *testing.T) *catalogAPI {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c.srv = httptest.NewServer(api.New(api.Options{Store: st, Version: "test"}).Handler())
+	c.srv = httptest.NewServer(api.New(api.Options{Store: st, Version: "test", ImageKeys: imageKeys}).Handler())
 	t.Cleanup(c.srv.Close)
 	return c
 }

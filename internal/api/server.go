@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -49,6 +50,9 @@ type Options struct {
 	// replica with a controller certificate. Without them sessions are served where opened.
 	AdvertiseURL string
 	ReplicaTLS   *tls.Config
+	// ImageKeys are the trusted image publisher keys: an image's signature must verify
+	// against one of them to be recorded.
+	ImageKeys []imagesig.Key
 }
 
 // Server serves the API.
@@ -68,6 +72,7 @@ type Server struct {
 	termCfg    TerminalConfig
 	advertise  string      // this replica's URL for other replicas
 	replicaTLS *tls.Config // client config reaching other replicas (controller certificate)
+	imageKeys  []imagesig.Key
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -81,7 +86,7 @@ type Server struct {
 // New builds the API handler tree.
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
-		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
+		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, imageKeys: opts.ImageKeys, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
 		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
 		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS}
 	if s.log == nil {

@@ -50,6 +50,9 @@ type Config struct {
 	// AllowSimulatedHosts sells nodes whose hostd runs the sim runtime and accepts their
 	// simulated provisioning and wipes (demo, soak, bench). Off, the database refuses them.
 	AllowSimulatedHosts bool `mapstructure:"allow_simulated_hosts"`
+	// ImageKeys is the file of trusted image publisher keys ("NAME BASE64KEY" lines,
+	// imagesig); empty: none, and no signed image can be registered.
+	ImageKeys string `mapstructure:"image_keys"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -99,6 +102,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "auto", "CPUs the Go runtime schedules on: auto (half of them when PostgreSQL runs on this machine, so the controller's idle processors do not spin on the database's cores; else all), all, or a count; a GOMAXPROCS variable overrides it")
 		case "allow-simulated-hosts":
 			fs.Bool(n, false, "place tenant allocations on hosts running the sim runtime and accept their simulated provisioning and wipe proofs (demo, soak, bench only: no VM exists and no disk is wiped there)")
+		case "image-keys":
+			fs.String(n, "", "file of trusted image publisher keys, one \"NAME BASE64-ED25519-PUBLIC-KEY\" per line: image signatures must verify against one; hosts get them in each provisioning task (docs/images.md)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}

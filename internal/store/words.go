@@ -21,6 +21,11 @@ var constraintWords = map[string]string{
 	"allocations_sku_fkey":                       "SKU not found",
 	"allocations_os_image_id_fkey":               "image not found",
 	"node_resource_slots_node_id_slot_index_key": "that slot index already exists on the node",
+	"os_images_signature_form":                   "signature is not 64 bytes of standard base64",
+	"image_rollouts_one_canary":                  "a canary rollout of that SKU is already in progress: promote or roll it back first",
+	"image_rollouts_new_image":                   "that image is already the SKU's default",
+	"image_rollouts_sku_fkey":                    "SKU not found",
+	"sku_image_pointers_sku_fkey":                "SKU not found",
 }
 
 // inOurWords is the message a database error may carry to a client. Our own triggers and
