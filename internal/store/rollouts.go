@@ -45,7 +45,7 @@ func CanaryBucket(rolloutID, nodeID string) int {
 	return int(h.Sum32() % 100)
 }
 
-// canarySQL reads SKU $1's canary in progress when the request names no image ($2 = ''):
+// canarySQL reads SKU $1's canary in progress when the request names no image ($2 = ”):
 // its rollout and its image, if that image is still viable.
 const canarySQL = `SELECT r.id::text, r.share_percent, r.regions,
 		i.id::text, i.slug, i.source_type, i.source_ref, i.digest_sha256, i.image_format, i.default_username,
