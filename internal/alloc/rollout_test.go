@@ -23,6 +23,23 @@ func (b *testBundle) canaryImage(slug string, n int) {
 	})
 }
 
+// passSmokeTest smoke-tests image on node through the service and drives its validation
+// allocation to active, as the host's provisioning result would.
+func (b *testBundle) passSmokeTest(image, node string) apiv1.ImageSmokeTest {
+	b.t.Helper()
+	st, err := b.svc.StartSmokeTest(b.ctx, b.admin, image, node)
+	if err != nil {
+		b.t.Fatalf("smoke test of %s on %s: %v", image, node, err)
+	}
+	if err := b.svc.MarkProvisioning(b.ctx, st.AllocationID); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := b.svc.MarkActive(b.ctx, st.AllocationID); err != nil {
+		b.t.Fatal(err)
+	}
+	return st
+}
+
 // allocImage reads the image an allocation recorded: its os_image_id (as a slug) and the
 // slug in its image snapshot.
 func (b *testBundle) allocImage(id string) (string, string) {
@@ -69,6 +86,11 @@ func TestCanaryShareIsRespectedByPlacementAndRollbackOnlyMovesThePointer(t *test
 		}
 		return nil
 	})
+	// Both images pass a smoke test on a node of their own (its free slots are too few for
+	// the whole-node allocations below).
+	b.addNode("smoke", 20)
+	b.passSmokeTest("test-slice-image", "smoke")
+	b.passSmokeTest("slice-v2", "smoke")
 	b.tx(func(tx *store.Tx) error { return tx.SetDefaultImage(b.ctx, "h200-sxm-slice", "test-slice-image") })
 	b.tx(func(tx *store.Tx) error {
 		var err error

@@ -257,6 +257,14 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/admin/os-images/{id}", adminOnly, s.getImage, "Show an OS image (id or slug)", nil, apiv1.OSImage{}, 200},
 		{"PATCH", "/api/v1/admin/os-images/{id}", adminOnly, s.patchImage, "Update an OS image", apiv1.OSImagePatch{}, apiv1.OSImage{}, 200},
 		{"DELETE", "/api/v1/admin/os-images/{id}", adminOnly, s.deleteImage, "Retire an image (?hard=true deletes one never referenced)", nil, apiv1.OSImage{}, 200},
+		{"POST", "/api/v1/admin/os-images/{id}/smoke-tests", adminOnly, s.startSmokeTest, "Smoke-test an image: boot it on one free slot of a node through the normal provisioning path", apiv1.ImageSmokeTestCreate{}, apiv1.ImageSmokeTest{}, 201},
+		{"GET", "/api/v1/admin/os-images/{id}/smoke-tests", adminOnly, s.listSmokeTests, "An image's smoke tests, newest first", nil, apiv1.List[apiv1.ImageSmokeTest]{}, 200},
+		{"POST", "/api/v1/admin/os-images/{id}/activate", adminOnly, s.activateImage, "Activate an image (needs a passed smoke test of its digest)", nil, apiv1.OSImage{}, 200},
+		{"GET", "/api/v1/admin/skus/{sku}/image-rollout", adminOnly, s.rolloutStatus, "A SKU's default image, canary and how allocations on them fared", nil, apiv1.ImageRolloutStatus{}, 200},
+		{"PUT", "/api/v1/admin/skus/{sku}/default-image", adminOnly, s.setDefaultImage, "Point a SKU's default image at a smoke-tested image (no canary)", apiv1.DefaultImageSet{}, apiv1.ImageRolloutStatus{}, 200},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout", adminOnly, s.startRollout, "Start a canary: the image becomes the default on a share of nodes or named regions", apiv1.ImageRolloutCreate{}, apiv1.ImageRollout{}, 201},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/promote", adminOnly, s.finishRollout(true), "Promote the canary image to the SKU's default", nil, apiv1.ImageRollout{}, 200},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/rollback", adminOnly, s.finishRollout(false), "End the canary, or move the default back from the last promotion; allocations keep their image", nil, apiv1.ImageRollout{}, 200},
 		{"GET", "/api/v1/admin/audit", adminOnly, s.listAudit, "Audit log, newest first (query: limit, action, target_id)", nil, apiv1.List[apiv1.AuditEntry]{}, 200},
 		{"POST", "/api/v1/admin/tenants", adminOnly, s.createTenant, "Create a tenant", struct {
 			Name string `json:"name"`

@@ -741,3 +741,27 @@ type ImageRolloutStatus struct {
 	Outcomes     []ImageOutcome `json:"outcomes"`
 	History      []ImageRollout `json:"history"`
 }
+
+// ImageSmokeTestCreate asks for a smoke test of an image on a node.
+type ImageSmokeTestCreate struct {
+	Node string `json:"node"` // node id or name
+}
+
+// ImageSmokeTest is one smoke test of an image: a validation allocation of one slot on the
+// chosen node, booted with the image through the normal provisioning path. Status is
+// running until the allocation reaches active (passed) or fails (failed).
+type ImageSmokeTest struct {
+	ID               string    `json:"id"`
+	Image            string    `json:"image"`
+	DigestSHA256     string    `json:"digest_sha256"`
+	Node             string    `json:"node"`
+	AllocationID     string    `json:"allocation_id"`
+	Status           string    `json:"status"` // running, passed, failed
+	AllocationStatus string    `json:"allocation_status"`
+	FailureReason    string    `json:"failure_reason,omitempty"`
+	TimeToReadyMS    int64     `json:"time_to_ready_ms,omitempty"`
+	Simulated        bool      `json:"simulated,omitempty"` // the node runs the sim runtime: nothing booted
+	StartedAt        time.Time `json:"started_at"`
+	// Current says the test was of the image's current digest (only such a pass counts).
+	Current bool `json:"current"`
+}

@@ -26,6 +26,10 @@ var constraintWords = map[string]string{
 	"image_rollouts_new_image":                   "that image is already the SKU's default",
 	"image_rollouts_sku_fkey":                    "SKU not found",
 	"sku_image_pointers_sku_fkey":                "SKU not found",
+	"image_rollouts_image_id_fkey":               "the image is named by a rollout; retire it instead",
+	"image_rollouts_previous_image_id_fkey":      "the image is named by a rollout; retire it instead",
+	"sku_image_pointers_image_id_fkey":           "the image is a SKU's default; retire it instead",
+	"image_smoke_tests_image_id_fkey":            "the image has smoke tests; retire it instead",
 }
 
 // inOurWords is the message a database error may carry to a client. Our own triggers and
