@@ -31,6 +31,9 @@ type Key struct {
 }
 
 var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// sigLen is an ed25519 signature's length (not a secret: a signature is public).
+const sigLen = ed25519.SignatureSize
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 // Message is the byte string a publisher signs for digest.
@@ -59,8 +62,8 @@ func ParsePublic(s string) (ed25519.PublicKey, error) {
 // CheckSignature checks a signature's form (64 bytes of standard base64) without keys.
 func CheckSignature(sig string) error {
 	b, err := base64.StdEncoding.DecodeString(sig)
-	if err != nil || len(b) != ed25519.SignatureSize {
-		return fmt.Errorf("signature is not %d bytes of standard base64", ed25519.SignatureSize)
+	if err != nil || len(b) != sigLen {
+		return fmt.Errorf("signature is not %d bytes of standard base64", sigLen)
 	}
 	return nil
 }
