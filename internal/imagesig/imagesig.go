@@ -34,6 +34,7 @@ var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // sigLen is an ed25519 signature's length (not a secret: a signature is public).
 const sigLen = ed25519.SignatureSize
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 // Message is the byte string a publisher signs for digest.
