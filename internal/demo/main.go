@@ -281,16 +281,6 @@ func run() error {
 	if _, err := d.ctl("images", "test", img.Slug, "--node", "h200-demo-01", "--wait"); err != nil {
 		return err
 	}
-	tests, err := api.SmokeTests(context.Background(), img.Slug)
-	if err != nil || len(tests) == 0 {
-		return fmt.Errorf("smoke test not listed: %v", err)
-	}
-	if err := waitFor(180*time.Second, func() (bool, error) { // its slot is wiped before the allocation below needs it
-		got, err := api.GetAllocation(context.Background(), tests[0].AllocationID)
-		return err == nil && got.Status == "released", nil
-	}); err != nil {
-		return fmt.Errorf("the smoke test's allocation was not released: %w", err)
-	}
 	if _, err := d.ctl("images", "activate", img.Slug); err != nil {
 		return err
 	}

@@ -61,8 +61,8 @@ same signed provisioning task every slice gets (digest check, signature check wh
 requires signed images, disk write, boot, readiness). The test passes when that allocation
 becomes active; only a passed test of the image's current digest lets it be activated
 (images activate) or made a SKU's default or canary. With --wait the command follows the
-allocation, releases it once it has an outcome (its disk is wiped like any other) and exits
-non-zero when the test failed.`,
+allocation, releases it once it passed and waits until it is released (its disks wiped and
+verified like any other's, its slot free again), and exits non-zero when the test failed.`,
 		Args: cmdutil.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Image = args[0]
@@ -76,7 +76,7 @@ non-zero when the test failed.`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Node, "node", "", "node (id or name) whose free slot boots the image")
-	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait for the outcome, then release the validation allocation")
+	cmd.Flags().BoolVar(&opts.Wait, "wait", false, "wait for the outcome, then release the validation allocation and wait for its wipe")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", 30*time.Minute, "with --wait: give up after this long")
 	cmdutil.AddOutputFlag(cmd, &opts.Output)
 	return cmd
@@ -116,7 +116,17 @@ func testRun(ctx context.Context, opts *TestOptions) error {
 		if _, err := c.ReleaseAllocation(ctx, st.AllocationID); err != nil {
 			return fmt.Errorf("smoke test passed; releasing allocation %s: %w", st.AllocationID, err)
 		}
-		fmt.Fprintf(opts.IO.ErrOut, "smoke test %s passed; allocation %s released (its disk is wiped)\n", st.ID, st.AllocationID)
+		// Until its disks are wiped and verified, the slot is not free for the next test or
+		// allocation: wait for that too.
+		err = cmdutil.Poll(wctx, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+			var err error
+			a, err = c.GetAllocation(ctx, st.AllocationID)
+			return err == nil && a.Status == "released", err
+		})
+		if err != nil {
+			return fmt.Errorf("smoke test passed; allocation %s not released yet: %w", st.AllocationID, err)
+		}
+		fmt.Fprintf(opts.IO.ErrOut, "smoke test %s passed; allocation %s released (its disks wiped)\n", st.ID, st.AllocationID)
 	}
 	tests, err := c.SmokeTests(ctx, st.Image)
 	if err != nil {
