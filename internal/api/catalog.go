@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -619,6 +620,18 @@ func (s *Server) patchImage(w http.ResponseWriter, r *http.Request, p Principal)
 		}
 		if active && digest == "" {
 			return errInvalid("image %s has no digest_sha256 and cannot be active: %s", cur.Slug, digestRequired)
+		}
+		// Activating (an inactive image made active, or an active one given a new digest)
+		// takes a passed smoke test of the digest it will have, as images activate does.
+		if active && (!cur.Active || digest != cur.DigestSHA256) {
+			passed, err := tx.SmokePassed(r.Context(), cur.ID, digest)
+			if err != nil {
+				return err
+			}
+			if !passed {
+				return apiErr(apiv1.CodeConflict, fmt.Sprintf("image %s has no passed smoke test of digest %s: run gpuaasctl images test %s --node NODE, then images activate",
+					cur.Slug, digest, cur.Slug), nil)
+			}
 		}
 		if req.IsDefault != nil && *req.IsDefault && !active {
 			return errInvalid("is_default requires an active image (image %s is inactive)", cur.Slug)

@@ -89,3 +89,10 @@ func (t *Tx) EnsureTenant(ctx context.Context, name string) (string, error) {
 	}
 	return id, translate(err)
 }
+
+// SmokePassed says whether a smoke test of image imageID at digest passed.
+func (t *Tx) SmokePassed(ctx context.Context, imageID, digest string) (bool, error) {
+	var ok bool
+	err := t.tx.QueryRow(ctx, `SELECT image_smoke_passed($1, $2)`, imageID, digest).Scan(&ok)
+	return ok, translate(err)
+}
