@@ -90,6 +90,7 @@ func New(cfg Config, log *slog.Logger, version string) (*Agent, error) {
 			return nil, err
 		}
 		a.vm.telemetry.OnReport = a.guestReport
+		a.m.registerImageCache(a.vm.images)
 	default:
 		return nil, fmt.Errorf("runtime %q is not available in this build", cfg.Runtime)
 	}

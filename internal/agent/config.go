@@ -65,6 +65,9 @@ type Config struct {
 	SliceTerminalSSHKeyPath string `mapstructure:"slice_terminal_ssh_key_path" yaml:"slice_terminal_ssh_key_path,omitempty"`
 	// NodeSchedulerLeaseTTLSeconds is GPUAAS_NODE_SCHEDULER_LEASE_TTL_SECONDS, clamped to [300, 604800].
 	NodeSchedulerLeaseTTLSeconds int `mapstructure:"node_scheduler_lease_ttl_seconds" yaml:"node_scheduler_lease_ttl_seconds,omitempty"`
+	// ImageCacheBudgetGiB bounds the slice image cache (slice-images/); 0 leaves it unbounded.
+	// Least recently used images go first; an image a slice here uses never does.
+	ImageCacheBudgetGiB int `mapstructure:"image_cache_budget_gib" yaml:"image_cache_budget_gib,omitempty"`
 }
 
 // BindRunFlags declares `run` flags.
@@ -92,6 +95,7 @@ func BindRunFlags(fs *pflag.FlagSet) {
 	fs.Bool("slice-runtime-vfio-bind", false, "libvirt: rebind GPUs/VFs to vfio-pci through driver_override when needed")
 	fs.String("slice-terminal-ssh-key-path", "", "lab/libvirt: host relay key (default <data-dir>/terminal/id_ed25519)")
 	fs.Int("node-scheduler-lease-ttl-seconds", 0, "slot lease TTL, clamped to [300, 604800] (default 86400)")
+	fs.Int("image-cache-budget-gib", 0, "lab/libvirt: slice image cache budget in GiB; least recently used images not in use are evicted past it (default 0: unbounded)")
 }
 
 // LoadConfig reads the file named by --config, then env, then flags.

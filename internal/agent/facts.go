@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpuaas/gpuaas/internal/imagecache"
 	"github.com/gpuaas/gpuaas/internal/prereq"
 )
 
@@ -22,6 +23,29 @@ type Facts struct {
 	IOMMUGroups   int    `json:"iommu_groups"`
 	HostRoot      string `json:"host_root"`
 	SpooledResult int    `json:"spooled_results"`
+	// ImageCache is what the slice image cache holds (VM runtimes only).
+	ImageCache *ImageCacheFacts `json:"image_cache,omitempty"`
+}
+
+// ImageCacheFacts is the slice image cache as a heartbeat reports it: every image held
+// (least recently used first, pinned when a slice here uses it), the budget and the
+// running totals.
+type ImageCacheFacts struct {
+	BudgetBytes int64              `json:"budget_bytes"`
+	UsedBytes   int64              `json:"used_bytes"`
+	Images      []imagecache.Entry `json:"images"`
+	imagecache.Stats
+}
+
+func imageCacheFacts(c *imagecache.Cache) *ImageCacheFacts {
+	f := &ImageCacheFacts{BudgetBytes: c.BudgetBytes, Stats: c.Stats(), Images: []imagecache.Entry{}}
+	if ents, err := c.Entries(); err == nil {
+		f.Images = ents
+	}
+	for _, e := range f.Images {
+		f.UsedBytes += e.SizeBytes
+	}
+	return f
 }
 
 func (a *Agent) facts() Facts {
@@ -48,6 +72,9 @@ func (a *Agent) facts() Facts {
 	}
 	if p, err := a.spool.Pending(); err == nil {
 		f.SpooledResult = len(p)
+	}
+	if a.vm != nil {
+		f.ImageCache = imageCacheFacts(a.vm.images)
 	}
 	return f
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuaas/gpuaas/internal/imagecache"
 )
 
 type metrics struct {
@@ -37,6 +39,28 @@ func newMetrics(a *Agent) *metrics {
 	m.reg.MustRegister(m.tasks, m.refusals, m.pollErrors, m.spooled, m.running, m.duration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// registerImageCache adds the slice image cache's counters (VM runtimes only).
+func (m *metrics) registerImageCache(c *imagecache.Cache) {
+	counter := func(name, help string, v func(imagecache.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(c.Stats())) })
+	}
+	m.reg.MustRegister(
+		counter("gpuaas_hostd_image_cache_hits_total", "Provisions that found their image in the host cache.", func(s imagecache.Stats) int64 { return s.Hits }),
+		counter("gpuaas_hostd_image_cache_downloads_total", "Images downloaded into the host cache.", func(s imagecache.Stats) int64 { return s.Downloads }),
+		counter("gpuaas_hostd_image_cache_evictions_total", "Images evicted to keep the cache within its budget.", func(s imagecache.Stats) int64 { return s.Evictions }),
+		counter("gpuaas_hostd_image_cache_evicted_bytes_total", "Bytes evicted from the image cache.", func(s imagecache.Stats) int64 { return s.EvictedBytes }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuaas_hostd_image_cache_bytes", Help: "Bytes the image cache holds."}, func() float64 {
+			ents, _ := c.Entries()
+			var n int64
+			for _, e := range ents {
+				n += e.SizeBytes
+			}
+			return float64(n)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuaas_hostd_image_cache_budget_bytes", Help: "The image cache's budget (0: unbounded)."},
+			func() float64 { return float64(c.BudgetBytes) }))
 }
 
 // serveMetrics serves /metrics on addr until ctx ends (a local port; the host dials out only).

@@ -25,6 +25,7 @@ import (
 // the slice bridge, the guest telemetry endpoint and the renewal of live slices' leases.
 type vmServices struct {
 	host      *slicevm.Host
+	images    *imagecache.Cache
 	bridgeIP  net.IP
 	dhcp      *dhcpd.Server
 	telemetry *telemetry.Registry
@@ -38,6 +39,9 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 	ip, network, err := net.ParseCIDR(cfg.BridgeAddress)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bridge_address: %w", err)
+	}
+	if cfg.ImageCacheBudgetGiB < 0 {
+		return nil, nil, fmt.Errorf("image_cache_budget_gib %d is negative", cfg.ImageCacheBudgetGiB)
 	}
 	// QEMU runs as an unprivileged user and must reach slices/<id>/{seed.iso,OVMF_VARS.fd}:
 	// the data dir is traversable (0711) but not listable; secrets below it stay 0600/0700.
@@ -66,16 +70,17 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 		hv.Close()
 		return nil, nil, err
 	}
+	images := &imagecache.Cache{Dir: filepath.Join(cfg.DataDir, "slice-images"), MaxBytes: imagecache.DefaultMaxBytes,
+		BudgetBytes: int64(cfg.ImageCacheBudgetGiB) << 30}
 	h, err := slicevm.NewHost(slicevm.HostConfig{Lab: cfg.Runtime == "lab", DataDir: cfg.DataDir, FS: hostfs.New(cfg.HostRoot), Run: hostfs.Exec{},
 		Hypervisor: hv, Leases: &leases.Dir{Path: filepath.Join(cfg.DataDir, "node-scheduler", "leases"), TTL: ttl},
-		Images: &imagecache.Cache{Dir: filepath.Join(cfg.DataDir, "slice-images"), MaxBytes: imagecache.DefaultMaxBytes},
-		DHCP:   srv, Telemetry: reg, Bridge: cfg.Bridge, OVS: cfg.Runtime == "libvirt", LoaderPath: cfg.OVMFCode, VarsTemplate: cfg.OVMFVars,
+		Images: images, DHCP: srv, Telemetry: reg, Bridge: cfg.Bridge, OVS: cfg.Runtime == "libvirt", LoaderPath: cfg.OVMFCode, VarsTemplate: cfg.OVMFVars,
 		TerminalKeyPath: cfg.SliceTerminalSSHKeyPath, LibvirtSocket: cfg.LibvirtSocket, VFIOBind: cfg.SliceRuntimeVFIOBind, SoftwareCPU: cfg.LabHost && !hostfs.New(cfg.HostRoot).Exists("/dev/kvm"), ReadinessTimeout: cfg.ReadinessTimeout, Log: log})
 	if err != nil {
 		hv.Close()
 		return nil, nil, err
 	}
-	return h, &vmServices{host: h, bridgeIP: ip, dhcp: srv, telemetry: reg, hyper: hv, addr: cfg.TelemetryAddr, log: log}, nil
+	return h, &vmServices{host: h, images: images, bridgeIP: ip, dhcp: srv, telemetry: reg, hyper: hv, addr: cfg.TelemetryAddr, log: log}, nil
 }
 
 // start binds the DHCP server to the bridge and the telemetry listener and starts renewing

@@ -421,6 +421,9 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		return "", imgErr
 	}
 	na.OSImageID, na.ImageSnapshot = img.ID, img
+	// A canary rollout in progress gives the nodes it includes its image instead (read with
+	// the SKU; a later round's fresh lookup does not carry it, so it is kept here).
+	canary := look.Canary
 	if s.planner != nil {
 		na.ID = store.NewID()
 	}
@@ -472,8 +475,13 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 				}
 				na.NodeID = ch.NodeID
 				na.UsageSnapshot = usage(r, price, ch.NodeID, slotIDs)
+				chosen, err := imageFor(ctx, tx, img, canary, ch.NodeID, r.region)
+				if err != nil {
+					return err
+				}
+				na.OSImageID, na.ImageSnapshot = chosen.ID, chosen
 				rec := actor.audit("allocation.create", "allocation", "", map[string]any{
-					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": img.Slug, "profile": profile.Name})
+					"sku": r.sku.SKU, "gpus": r.gpus, "node": ch.NodeName, "slot_indexes": indexes, "image": chosen.Slug, "profile": profile.Name})
 				na.Audit = &rec
 				if s.planner != nil {
 					if na.Task, err = s.planner.ProvisionTask(planOf(na, claims)); err != nil {
@@ -540,6 +548,25 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		}
 		look = store.CreateLookup{} // the next round reads its windows afresh
 	}
+}
+
+// imageFor is the image an allocation placed on nodeID boots: the canary's when the
+// canary includes the node, else the default. A canary by region needs the node's region
+// when the request named none (one primary-key read, only while such a canary runs).
+func imageFor(ctx context.Context, tx *store.Tx, def store.ResolvedImage, canary *store.Canary, nodeID, region string) (store.ResolvedImage, error) {
+	if canary == nil {
+		return def, nil
+	}
+	if region == "" && len(canary.Regions) > 0 {
+		var err error
+		if region, err = tx.NodeRegion(ctx, nodeID); err != nil {
+			return def, err
+		}
+	}
+	if canary.Includes(nodeID, region) {
+		return canary.Image, nil
+	}
+	return def, nil
 }
 
 var errLostRace = errors.New("lost slot lock race")

@@ -111,6 +111,27 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	active := w.activeAllocation()
+	// Two pending images whose smoke tests on node Z passed (their validation allocations
+	// driven to active as a host's result would): one to activate and make the default, one
+	// (activated here) to canary, promote and roll back.
+	for _, slug := range []string{"walk-a", "walk-b"} {
+		im := testImage(slug)
+		im.Active = false
+		w.must("POST", "/api/v1/admin/os-images", w.admin, im, 201, nil)
+		st, err := w.svc.StartSmokeTest(ctx, alloc.Actor{Role: "admin", Name: "setup"}, slug, "node-z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.svc.MarkProvisioning(ctx, st.AllocationID); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.svc.MarkActive(ctx, st.AllocationID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.st.InTx(ctx, func(tx *store.Tx) error { _, err := tx.ActivateImage(ctx, "walk-b"); return err }); err != nil {
+		t.Fatal(err)
+	}
 	changed := fixtures.H200SlotMap(1)
 	changed[6].GPUModel = "NVIDIA H200 NVL"
 
@@ -173,6 +194,21 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 			status: 200, action: "reservation.cancel", target: func([]byte) string { return createdReservation }},
 		{route: "POST /api/v1/allocations/{id}/terminal", path: "/api/v1/allocations/" + active + "/terminal", body: apiv1.TerminalRequest{Mode: "terminal"}, bearer: w.tenA, actor: "a-ci",
 			status: 201, action: "terminal.open", target: fixedID(active)},
+		{route: "POST /api/v1/admin/os-images/{id}/activate", path: "/api/v1/admin/os-images/walk-a/activate", status: 200, action: "os_image.activate", target: jsonID},
+		{route: "PUT /api/v1/admin/skus/{sku}/default-image", path: "/api/v1/admin/skus/h200-sxm-slice/default-image", body: apiv1.DefaultImageSet{Image: "walk-a"},
+			status: 200, action: "sku.default_image", target: fixedID("h200-sxm-slice")},
+		{route: "POST /api/v1/admin/skus/{sku}/image-rollout", path: "/api/v1/admin/skus/h200-sxm-slice/image-rollout", body: apiv1.ImageRolloutCreate{Image: "walk-b", SharePercent: 10},
+			status: 201, action: "sku.image_rollout.start", target: fixedID("h200-sxm-slice")},
+		{route: "POST /api/v1/admin/skus/{sku}/image-rollout/promote", path: "/api/v1/admin/skus/h200-sxm-slice/image-rollout/promote",
+			status: 200, action: "sku.image_rollout.promote", target: fixedID("h200-sxm-slice")},
+		{route: "POST /api/v1/admin/skus/{sku}/image-rollout/rollback", path: "/api/v1/admin/skus/h200-sxm-slice/image-rollout/rollback",
+			status: 200, action: "sku.image_rollout.rollback", target: fixedID("h200-sxm-slice")},
+		{route: "POST /api/v1/admin/os-images/{id}/smoke-tests", path: "/api/v1/admin/os-images/img/smoke-tests", body: apiv1.ImageSmokeTestCreate{Node: "node-z"},
+			status: 201, action: "os_image.smoke_test", target: func(b []byte) string {
+				var st apiv1.ImageSmokeTest
+				_ = json.Unmarshal(b, &st)
+				return st.AllocationID
+			}},
 	}
 
 	// Coverage: every mutation route of the table is walked or excused.

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -202,6 +204,9 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 func skuChanges(cur apiv1.SKU, p apiv1.SKUPatch) map[string]any {
 	ch := map[string]any{}
 	add := func(field string, from, to any) { ch[field] = map[string]any{"from": from, "to": to} }
+	if p.RequiresSignedImages != nil {
+		add("requires_signed_images", cur.RequiresSignedImages, *p.RequiresSignedImages)
+	}
 	if p.DisplayName != nil {
 		add("display_name", cur.DisplayName, *p.DisplayName)
 	}
@@ -237,8 +242,8 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 		return err
 	}
 	if req.DisplayName == nil && req.AllowedGPUCounts == nil && req.GPUHourlyPriceMinor == nil &&
-		req.ResourceProfile == nil && req.Active == nil {
-		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active")
+		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil {
+		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images")
 	}
 	if req.ResourceProfile != nil && isNull(*req.ResourceProfile) {
 		return errInvalid("resource_profile cannot be null; send {} to clear it")
@@ -472,6 +477,23 @@ func validateImage(im apiv1.OSImage) error {
 	if im.IsDefault && !im.Active {
 		return errInvalid("is_default requires an active image")
 	}
+	if im.Signature != "" {
+		if err := imagesig.CheckSignature(im.Signature); err != nil {
+			return errInvalid("signature: %v", err)
+		}
+	}
+	return nil
+}
+
+// checkImageSignature refuses a signature that no trusted publisher key verifies for the
+// image's digest: a host would refuse it later, so the catalog never records one.
+func (s *Server) checkImageSignature(digest, sig string) error {
+	if sig == "" {
+		return nil
+	}
+	if _, err := imagesig.Verify(s.imageKeys, digest, sig); err != nil {
+		return errInvalid("signature: %v (trusted keys: the controller's --image-keys file)", err)
+	}
 	return nil
 }
 
@@ -482,6 +504,9 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request, p Principal
 		return err
 	}
 	if err := validateImage(req); err != nil {
+		return err
+	}
+	if err := s.checkImageSignature(req.DigestSHA256, req.Signature); err != nil {
 		return err
 	}
 	var out apiv1.OSImage
@@ -518,8 +543,13 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request, _ Principal) e
 // validateImagePatch checks the fields set in p on their own.
 func validateImagePatch(p apiv1.OSImagePatch) error {
 	if p.DisplayName == nil && p.SourceRef == nil && p.DigestSHA256 == nil && p.SizeBytes == nil &&
-		p.CompatibilityMetadata == nil && p.IsDefault == nil && p.Active == nil {
-		return errInvalid("empty patch: set at least one of display_name, source_ref, digest_sha256, size_bytes, compatibility_metadata, is_default, active")
+		p.CompatibilityMetadata == nil && p.IsDefault == nil && p.Active == nil && p.Signature == nil {
+		return errInvalid("empty patch: set at least one of display_name, source_ref, digest_sha256, size_bytes, compatibility_metadata, is_default, active, signature")
+	}
+	if p.Signature != nil && *p.Signature != "" {
+		if err := imagesig.CheckSignature(*p.Signature); err != nil {
+			return errInvalid("signature: %v", err)
+		}
 	}
 	if p.DisplayName != nil && (strings.TrimSpace(*p.DisplayName) == "" || len(*p.DisplayName) > maxDisplayName) {
 		return errInvalid("display_name must be 1..%d characters", maxDisplayName)
@@ -597,8 +627,25 @@ func (s *Server) patchImage(w http.ResponseWriter, r *http.Request, p Principal)
 		if req.DigestSHA256 != nil {
 			digest = *req.DigestSHA256
 		}
+		if req.Signature != nil {
+			if err := s.checkImageSignature(digest, *req.Signature); err != nil {
+				return err
+			}
+		}
 		if active && digest == "" {
 			return errInvalid("image %s has no digest_sha256 and cannot be active: %s", cur.Slug, digestRequired)
+		}
+		// Activating (an inactive image made active, or an active one given a new digest)
+		// takes a passed smoke test of the digest it will have, as images activate does.
+		if active && (!cur.Active || digest != cur.DigestSHA256) {
+			passed, err := tx.SmokePassed(r.Context(), cur.ID, digest)
+			if err != nil {
+				return err
+			}
+			if !passed {
+				return apiErr(apiv1.CodeConflict, fmt.Sprintf("image %s has no passed smoke test of digest %s: run gpuaasctl images test %s --node NODE, then images activate",
+					cur.Slug, digest, cur.Slug), nil)
+			}
 		}
 		if req.IsDefault != nil && *req.IsDefault && !active {
 			return errInvalid("is_default requires an active image (image %s is inactive)", cur.Slug)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/api"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -32,7 +33,7 @@ type catalogAPI struct {
 	tenant string
 }
 
-func newCatalogAPI(t *testing.T) *catalogAPI {
+func newCatalogAPI(t *testing.T, imageKeys ...imagesig.Key) *catalogAPI {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
@@ -56,7 +57,7 @@ func newCatalogAPI(t *testing.T) *catalogAPI {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c.srv = httptest.NewServer(api.New(api.Options{Store: st, Version: "test"}).Handler())
+	c.srv = httptest.NewServer(api.New(api.Options{Store: st, Version: "test", ImageKeys: imageKeys}).Handler())
 	t.Cleanup(c.srv.Close)
 	return c
 }
@@ -363,9 +364,24 @@ func TestCatalogAPIImageLifecycle(t *testing.T) {
 	c.fails("PATCH", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice", `{}`, 400, "empty patch")
 	c.fails("PATCH", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice", `{"slug":"renamed"}`, 400, "unknown field")
 	c.fails("PATCH", "/api/v1/admin/os-images/nope", apiv1.OSImagePatch{DisplayName: ptrTo("x")}, 404, "nope")
+	// With a digest it still needs a passed smoke test of that digest (images test, then
+	// activate): no PATCH makes an untested image active.
+	c.fails("PATCH", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice", apiv1.OSImagePatch{
+		DigestSHA256: ptrTo(strings.Repeat("ab", 32)), Active: ptrTo(true), IsDefault: ptrTo(true)}, 409, "no passed smoke test")
+	c.fails("POST", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice/activate", nil, 409, "no passed smoke test")
+	if got, _ := c.st.GetImage(ctx, "ubuntu-24.04-gpuaas-slice"); got.Active || got.DigestSHA256 != "" {
+		t.Fatalf("refused activation changed the image: %+v", got)
+	}
+	// The legacy default marker moves to an image activated below the API (the store, as a
+	// fixture for a tested image) and stays unique.
+	if err := c.st.InTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.PatchImage(ctx, "ubuntu-24.04-gpuaas-slice", apiv1.OSImagePatch{DigestSHA256: ptrTo(strings.Repeat("ab", 32)), Active: ptrTo(true)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	var ph apiv1.OSImage
-	c.ok("PATCH", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice", apiv1.OSImagePatch{
-		DigestSHA256: ptrTo(strings.Repeat("ab", 32)), Active: ptrTo(true), IsDefault: ptrTo(true)}, 200, &ph)
+	c.ok("PATCH", "/api/v1/admin/os-images/ubuntu-24.04-gpuaas-slice", apiv1.OSImagePatch{IsDefault: ptrTo(true)}, 200, &ph)
 	if !ph.Active || !ph.IsDefault || ph.DigestSHA256 != strings.Repeat("ab", 32) {
 		t.Fatalf("activated placeholder = %+v", ph)
 	}

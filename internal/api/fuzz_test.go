@@ -22,6 +22,8 @@ var bodyTypes = []func() any{
 	func() any { return &apiv1.TokenCreate{} }, func() any { return &apiv1.EnrollRequest{} }, func() any { return &apiv1.TerminalRequest{} },
 	func() any { return &apiv1.StorageTransitionRequest{} }, func() any { return &apiv1.SlotApprove{} }, func() any { return &task.Result{} },
 	func() any { return &task.Progress{} }, func() any { return &apiv1.Heartbeat{} },
+	func() any { return &apiv1.ImageSmokeTestCreate{} }, func() any { return &apiv1.ImageRolloutCreate{} },
+	func() any { return &apiv1.DefaultImageSet{} },
 }
 
 func isBadRequest(err error) bool {

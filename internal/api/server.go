@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -52,6 +53,9 @@ type Options struct {
 	// WebhookAllowPrivate accepts webhook URLs whose address literal is internal (loopback,
 	// private, link-local); the deliverer checks every connection the same way.
 	WebhookAllowPrivate bool
+	// ImageKeys are the trusted image publisher keys: an image's signature must verify
+	// against one of them to be recorded.
+	ImageKeys []imagesig.Key
 }
 
 // Server serves the API.
@@ -71,6 +75,7 @@ type Server struct {
 	termCfg    TerminalConfig
 	advertise  string      // this replica's URL for other replicas
 	replicaTLS *tls.Config // client config reaching other replicas (controller certificate)
+	imageKeys  []imagesig.Key
 	routeTable []route
 	requests   *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
@@ -87,7 +92,7 @@ type Server struct {
 // New builds the API handler tree.
 func New(opts Options) *Server {
 	s := &Server{store: opts.Store, alloc: opts.Alloc, log: opts.Logger, version: opts.Version, mux: http.NewServeMux(), reg: opts.Registry,
-		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
+		dispatch: opts.Dispatch, ca: opts.CA, signingPub: opts.SigningPub, imageKeys: opts.ImageKeys, hb: heartbeats{pending: map[string]store.HeartbeatRecord{}, wake: make(chan struct{}, 1)},
 		tokens: newAuthCache[store.TokenRecord](tokenCacheTTL), nodeCerts: newAuthCache[string](nodeCertCacheTTL),
 		advertise: opts.AdvertiseURL, replicaTLS: opts.ReplicaTLS, events: &eventWaiters{st: opts.Store},
 		webhookAllowPrivate: opts.WebhookAllowPrivate}
@@ -280,6 +285,14 @@ func (s *Server) table() []route {
 		{"GET", "/api/v1/admin/os-images/{id}", adminOnly, s.getImage, "Show an OS image (id or slug)", nil, apiv1.OSImage{}, 200},
 		{"PATCH", "/api/v1/admin/os-images/{id}", adminOnly, s.patchImage, "Update an OS image", apiv1.OSImagePatch{}, apiv1.OSImage{}, 200},
 		{"DELETE", "/api/v1/admin/os-images/{id}", adminOnly, s.deleteImage, "Retire an image (?hard=true deletes one never referenced)", nil, apiv1.OSImage{}, 200},
+		{"POST", "/api/v1/admin/os-images/{id}/smoke-tests", adminOnly, s.startSmokeTest, "Smoke-test an image: boot it on one free slot of a node through the normal provisioning path", apiv1.ImageSmokeTestCreate{}, apiv1.ImageSmokeTest{}, 201},
+		{"GET", "/api/v1/admin/os-images/{id}/smoke-tests", adminOnly, s.listSmokeTests, "An image's smoke tests, newest first", nil, apiv1.List[apiv1.ImageSmokeTest]{}, 200},
+		{"POST", "/api/v1/admin/os-images/{id}/activate", adminOnly, s.activateImage, "Activate an image (needs a passed smoke test of its digest)", nil, apiv1.OSImage{}, 200},
+		{"GET", "/api/v1/admin/skus/{sku}/image-rollout", adminOnly, s.rolloutStatus, "A SKU's default image, canary and how allocations on them fared", nil, apiv1.ImageRolloutStatus{}, 200},
+		{"PUT", "/api/v1/admin/skus/{sku}/default-image", adminOnly, s.setDefaultImage, "Point a SKU's default image at a smoke-tested image (no canary)", apiv1.DefaultImageSet{}, apiv1.ImageRolloutStatus{}, 200},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout", adminOnly, s.startRollout, "Start a canary: the image becomes the default on a share of nodes or named regions", apiv1.ImageRolloutCreate{}, apiv1.ImageRollout{}, 201},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/promote", adminOnly, s.finishRollout(true), "Promote the canary image to the SKU's default", nil, apiv1.ImageRollout{}, 200},
+		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/rollback", adminOnly, s.finishRollout(false), "End the canary, or move the default back from the last promotion; allocations keep their image", nil, apiv1.ImageRollout{}, 200},
 		{"GET", "/api/v1/admin/audit", adminOnly, s.listAudit, "Audit log, newest first (query: limit, action, target_id)", nil, apiv1.List[apiv1.AuditEntry]{}, 200},
 		{"POST", "/api/v1/admin/tenants", adminOnly, s.createTenant, "Create a tenant", struct {
 			Name string `json:"name"`

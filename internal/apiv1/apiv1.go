@@ -66,16 +66,21 @@ type SKU struct {
 	Active           bool      `json:"active"`
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
+	// RequiresSignedImages: this SKU's slices boot only images whose publisher signature a
+	// trusted key verifies (checked by the controller at create and by the host before it
+	// writes the image).
+	RequiresSignedImages bool `json:"requires_signed_images"`
 }
 
 // SKUPatch updates mutable SKU fields; nil fields are left as they are.
 type SKUPatch struct {
-	DisplayName         *string          `json:"display_name,omitempty"`
-	AllowedGPUCounts    []int            `json:"allowed_gpu_counts,omitempty"`
-	GPUHourlyPriceMinor *int64           `json:"gpu_hourly_price_minor,omitempty"`
-	ResourceProfile     *json.RawMessage `json:"resource_profile,omitempty"`
-	ValidationPolicy    *string          `json:"validation_policy,omitempty"`
-	Active              *bool            `json:"active,omitempty"`
+	DisplayName          *string          `json:"display_name,omitempty"`
+	AllowedGPUCounts     []int            `json:"allowed_gpu_counts,omitempty"`
+	GPUHourlyPriceMinor  *int64           `json:"gpu_hourly_price_minor,omitempty"`
+	ResourceProfile      *json.RawMessage `json:"resource_profile,omitempty"`
+	ValidationPolicy     *string          `json:"validation_policy,omitempty"`
+	Active               *bool            `json:"active,omitempty"`
+	RequiresSignedImages *bool            `json:"requires_signed_images,omitempty"`
 }
 
 // Node modes derived from admin intent, readiness, slots and live claims (seed 001 "Mixed Node State").
@@ -285,6 +290,9 @@ type OSImage struct {
 	CreatedAt             time.Time       `json:"created_at"`
 	UpdatedAt             time.Time       `json:"updated_at"`
 	RetiredAt             *time.Time      `json:"retired_at,omitempty"`
+	// Signature is the publisher's detached ed25519 signature over the digest, standard
+	// base64 (docs/images.md); a trusted key must verify it.
+	Signature string `json:"signature,omitempty"`
 }
 
 // OSImagePatch updates mutable image fields.
@@ -296,6 +304,9 @@ type OSImagePatch struct {
 	CompatibilityMetadata *json.RawMessage `json:"compatibility_metadata,omitempty"`
 	IsDefault             *bool            `json:"is_default,omitempty"`
 	Active                *bool            `json:"active,omitempty"`
+	// Signature replaces the image's signature ("" removes it). A new digest without a new
+	// signature drops the old one.
+	Signature *string `json:"signature,omitempty"`
 }
 
 // AllocationCreate is the body of POST /allocations.
@@ -702,4 +713,77 @@ type TerminalSession struct {
 	ExitStatus   *int       `json:"exit_status,omitempty"`
 	EndReason    string     `json:"end_reason,omitempty"`
 	Recorded     bool       `json:"recorded"`
+}
+
+// ImageRollout is one rollout of a new default image for a SKU: a canary on a share of the
+// SKU's nodes (or on named regions), then promoted or rolled back.
+type ImageRollout struct {
+	ID            string     `json:"id"`
+	SKU           string     `json:"sku"`
+	Image         string     `json:"image"`                    // slug of the new image
+	PreviousImage string     `json:"previous_image,omitempty"` // slug of the default it replaces
+	SharePercent  int        `json:"share_percent"`
+	Regions       []string   `json:"regions,omitempty"`
+	Status        string     `json:"status"` // canary, promoted, rolled_back
+	StartedAt     time.Time  `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+}
+
+// ImageRolloutCreate starts a canary: Image becomes the default on SharePercent of the
+// SKU's nodes and on every node of Regions.
+type ImageRolloutCreate struct {
+	Image        string   `json:"image"`
+	SharePercent int      `json:"share_percent"`
+	Regions      []string `json:"regions,omitempty"`
+}
+
+// DefaultImageSet points a SKU's default at an image directly (no canary): how a SKU gets
+// its first default.
+type DefaultImageSet struct {
+	Image string `json:"image"`
+}
+
+// ImageOutcome is how the allocations of one image fared since a rollout started.
+type ImageOutcome struct {
+	Image       string `json:"image"`
+	Allocations int    `json:"allocations"`
+	Active      int    `json:"reached_active"`
+	Failed      int    `json:"failed"` // failed before reaching active (readiness and other provisioning failures)
+	// TimeToReadyP50MS and TimeToReadyMaxMS are from create to active, over those that got there.
+	TimeToReadyP50MS int64 `json:"time_to_ready_p50_ms"`
+	TimeToReadyMaxMS int64 `json:"time_to_ready_max_ms"`
+}
+
+// ImageRolloutStatus is a SKU's default image pointer, its canary in progress if any, how
+// allocations on the canary and on the default fared since it started, and past rollouts.
+type ImageRolloutStatus struct {
+	SKU          string         `json:"sku"`
+	DefaultImage string         `json:"default_image,omitempty"` // "" when the SKU has no pointer (newest compatible image)
+	Canary       *ImageRollout  `json:"canary,omitempty"`
+	Outcomes     []ImageOutcome `json:"outcomes"`
+	History      []ImageRollout `json:"history"`
+}
+
+// ImageSmokeTestCreate asks for a smoke test of an image on a node.
+type ImageSmokeTestCreate struct {
+	Node string `json:"node"` // node id or name
+}
+
+// ImageSmokeTest is one smoke test of an image: a validation allocation of one slot on the
+// chosen node, booted with the image through the normal provisioning path. Status is
+// running until the allocation reaches active (passed) or fails (failed).
+type ImageSmokeTest struct {
+	ID               string    `json:"id"`
+	Image            string    `json:"image"`
+	DigestSHA256     string    `json:"digest_sha256"`
+	Node             string    `json:"node"`
+	AllocationID     string    `json:"allocation_id"`
+	Status           string    `json:"status"` // running, passed, failed
+	AllocationStatus string    `json:"allocation_status"`
+	FailureReason    string    `json:"failure_reason,omitempty"`
+	TimeToReadyMS    int64     `json:"time_to_ready_ms,omitempty"`
+	Simulated        bool      `json:"simulated,omitempty"` // the node runs the sim runtime: nothing booted
+	StartedAt        time.Time `json:"started_at"`
+	// Current says the test was of the image's current digest (only such a pass counts).
+	Current bool `json:"current"`
 }

@@ -253,6 +253,7 @@ Slots:             8 total
                    disabled: 1
 Available by SKU:  h200-sxm-slice=5
 Live claims:       slot=2 node_exclusive=0
+Image cache:       not reported (sim runtime, or no heartbeat yet)
 Drift:             2 findings (checked 2026-03-01 09:59:00Z)
                    - slot 3: domain gpuaas-a1 is shutoff, the allocation is active
                    - orphan domains: gpuaas-old

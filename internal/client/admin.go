@@ -168,3 +168,46 @@ func (c *Client) RevokeNode(ctx context.Context, node string) (*apiv1.NodeRevoca
 func (c *Client) CreateToken(ctx context.Context, req apiv1.TokenCreate) (*apiv1.Token, error) {
 	return send[apiv1.Token](ctx, c, http.MethodPost, "/api/v1/admin/tokens", req)
 }
+
+// StartSmokeTest boots an image on one free slot of node through the normal provisioning
+// path (a validation allocation).
+func (c *Client) StartSmokeTest(ctx context.Context, image, node string) (*apiv1.ImageSmokeTest, error) {
+	return send[apiv1.ImageSmokeTest](ctx, c, http.MethodPost, imagePath(image)+"/smoke-tests", apiv1.ImageSmokeTestCreate{Node: node})
+}
+
+// SmokeTests lists an image's smoke tests, newest first.
+func (c *Client) SmokeTests(ctx context.Context, image string) ([]apiv1.ImageSmokeTest, error) {
+	return list[apiv1.ImageSmokeTest](ctx, c, imagePath(image)+"/smoke-tests", nil)
+}
+
+// ActivateImage activates an image whose current digest passed a smoke test.
+func (c *Client) ActivateImage(ctx context.Context, image string) (*apiv1.OSImage, error) {
+	return send[apiv1.OSImage](ctx, c, http.MethodPost, imagePath(image)+"/activate", nil)
+}
+
+func rolloutPath(sku string) string { return "/api/v1/admin/skus/" + esc(sku) }
+
+// ImageRolloutStatus is a SKU's default image, canary and outcomes.
+func (c *Client) ImageRolloutStatus(ctx context.Context, sku string) (*apiv1.ImageRolloutStatus, error) {
+	return get[apiv1.ImageRolloutStatus](ctx, c, rolloutPath(sku)+"/image-rollout", nil)
+}
+
+// SetDefaultImage points a SKU's default image at a smoke-tested image.
+func (c *Client) SetDefaultImage(ctx context.Context, sku, image string) (*apiv1.ImageRolloutStatus, error) {
+	return send[apiv1.ImageRolloutStatus](ctx, c, http.MethodPut, rolloutPath(sku)+"/default-image", apiv1.DefaultImageSet{Image: image})
+}
+
+// StartRollout starts a canary of an image on a SKU.
+func (c *Client) StartRollout(ctx context.Context, sku string, in apiv1.ImageRolloutCreate) (*apiv1.ImageRollout, error) {
+	return send[apiv1.ImageRollout](ctx, c, http.MethodPost, rolloutPath(sku)+"/image-rollout", in)
+}
+
+// PromoteRollout makes the canary image the SKU's default.
+func (c *Client) PromoteRollout(ctx context.Context, sku string) (*apiv1.ImageRollout, error) {
+	return send[apiv1.ImageRollout](ctx, c, http.MethodPost, rolloutPath(sku)+"/image-rollout/promote", nil)
+}
+
+// RollBackRollout ends the canary or moves the default back from the last promotion.
+func (c *Client) RollBackRollout(ctx context.Context, sku string) (*apiv1.ImageRollout, error) {
+	return send[apiv1.ImageRollout](ctx, c, http.MethodPost, rolloutPath(sku)+"/image-rollout/rollback", nil)
+}

@@ -54,6 +54,9 @@ type Config struct {
 	// certificates may chain to; WebhookAllowPrivate lets webhooks reach internal addresses.
 	WebhookCAFile       string `mapstructure:"webhook_ca_file"`
 	WebhookAllowPrivate bool   `mapstructure:"webhook_allow_private"`
+	// ImageKeys is the file of trusted image publisher keys ("NAME BASE64KEY" lines,
+	// imagesig); empty: none, and no signed image can be registered.
+	ImageKeys string `mapstructure:"image_keys"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -107,6 +110,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "", "PEM file of extra CA certificates webhook receivers' certificates may chain to, besides the system roots (certificates are always verified)")
 		case "webhook-allow-private":
 			fs.Bool(n, false, "let webhooks reach loopback, private and link-local addresses (refused by default at connect time: no requests into the controller's own network)")
+		case "image-keys":
+			fs.String(n, "", "file of trusted image publisher keys, one \"NAME BASE64-ED25519-PUBLIC-KEY\" per line: image signatures must verify against one; hosts get them in each provisioning task (docs/images.md)")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}

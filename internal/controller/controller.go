@@ -23,6 +23,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/api"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
 	"github.com/gpuaas/gpuaas/internal/gctune"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/pgserver"
 	"github.com/gpuaas/gpuaas/internal/pki"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -140,6 +141,17 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	if cfg.AllowSimulatedHosts {
 		log.Warn("simulated hosts allowed: nodes running the sim runtime are sold and their simulated wipes accepted (--allow-simulated-hosts)")
 	}
+	var imageKeys []imagesig.Key
+	if cfg.ImageKeys != "" {
+		b, err := os.ReadFile(cfg.ImageKeys)
+		if err != nil {
+			return fmt.Errorf("image keys: %w", err)
+		}
+		if imageKeys, err = imagesig.ParseKeys(b); err != nil {
+			return fmt.Errorf("image keys %s: %w", cfg.ImageKeys, err)
+		}
+		log.Info("trusted image publisher keys loaded", "file", cfg.ImageKeys, "keys", len(imageKeys))
+	}
 	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns, AllowSimulated: cfg.AllowSimulatedHosts})
 	if err != nil {
 		return err
@@ -181,7 +193,8 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	nodeCA := x509.NewCertPool() // hosts' wipe proofs are checked against the node certificates it issues
 	nodeCA.AddCert(ca.Cert)
 	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
-		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts, NodeCA: nodeCA})
+		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts, NodeCA: nodeCA,
+		ImageKeys: imageKeys})
 	dctx, stopDispatch := context.WithCancel(ctx)
 	defer stopDispatch()
 	go disp.Run(dctx)
@@ -199,7 +212,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	}
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
 		Terminal:     api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir},
-		AdvertiseURL: advertise, ReplicaTLS: replicaTLS, WebhookAllowPrivate: cfg.WebhookAllowPrivate})
+		AdvertiseURL: advertise, ReplicaTLS: replicaTLS, WebhookAllowPrivate: cfg.WebhookAllowPrivate, ImageKeys: imageKeys})
 	if err := apiSrv.EndStaleSessions(ctx); err != nil {
 		return fmt.Errorf("terminal sessions of this replica's previous run: %w", err)
 	}

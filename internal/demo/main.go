@@ -1,6 +1,7 @@
 // Command demo is `make demo`: it runs the main job end to end on the embedded default — a
 // private PostgreSQL under a temporary state directory, the controller, a node with approved
-// slots, a host daemon enrolled with the node's one-time bootstrap token, and an allocation
+// slots, a host daemon enrolled with the node's one-time bootstrap token, the first image
+// smoke-tested on that node, activated and made the SKU's default, and an allocation
 // created, provisioned through real signed tasks, shown with its phase timings, and released
 // with wipe proofs — printing every command and its output. Where libvirt can run (root, a
 // running libvirtd, QEMU, OVMF) it takes the lab path: a real VM boots, gpuaasctl ssh logs
@@ -151,7 +152,7 @@ func run() error {
 		return err
 	}
 
-	d.say("Register a slice image, pinned by the sha256 of its artifact")
+	d.say("Register a slice image, pinned by the sha256 of its artifact: a new image starts pending (smoke-tested below)")
 	artifact := filepath.Join(dir, "demo-image.qcow2")
 	if err := os.WriteFile(artifact, bytes.Repeat([]byte("gpuaas demo image\n"), 4096), 0o644); err != nil {
 		return err
@@ -172,7 +173,7 @@ func run() error {
 	img := apiv1.OSImage{Slug: "demo-debian-12-slice", DisplayName: "Debian 12 demo slice image", Version: "12",
 		Target: "vm_slice", Family: "debian", Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http",
 		SourceRef: source, DigestSHA256: sum, DefaultUsername: "debian", DriverStrategy: "none",
-		CompatibilityMetadata: json.RawMessage(`{}`), Active: true}
+		CompatibilityMetadata: json.RawMessage(`{}`)}
 	if err := writeYAML(filepath.Join(dir, "image.yaml"), img); err != nil {
 		return err
 	}
@@ -272,6 +273,18 @@ func run() error {
 		}
 	}
 	if _, err := d.ctl("nodes", "show", "h200-demo-01"); err != nil {
+		return err
+	}
+
+	// The first image goes through the same gate as every later one (docs/images.md).
+	d.say("Smoke-test the image on the node through the normal provisioning path, then activate it and make it the SKU's default")
+	if _, err := d.ctl("images", "test", img.Slug, "--node", "h200-demo-01", "--wait"); err != nil {
+		return err
+	}
+	if _, err := d.ctl("images", "activate", img.Slug); err != nil {
+		return err
+	}
+	if _, err := d.ctl("images", "default", "h200-sxm-slice", img.Slug); err != nil {
 		return err
 	}
 

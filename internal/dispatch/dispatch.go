@@ -16,6 +16,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cpuset"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/task"
 	"github.com/gpuaas/gpuaas/internal/topology"
@@ -27,10 +28,13 @@ const NotifyChannel = "gpuaas_node_tasks"
 // Config tunes dispatch.
 type Config struct {
 	ProvisionTTL time.Duration // seed 003: 20 minutes
-	ReleaseTTL   time.Duration
-	Lease        time.Duration // visibility timeout of a leased task
-	ReapEvery    time.Duration
-	OutboxEvery  time.Duration // fallback sweep; commits wake the worker at once
+	// ImageKeys are the trusted image publisher keys, sent in the provisioning task of an
+	// image whose SKU requires signed images (the host verifies the signature with them).
+	ImageKeys   []imagesig.Key
+	ReleaseTTL  time.Duration
+	Lease       time.Duration // visibility timeout of a leased task
+	ReapEvery   time.Duration
+	OutboxEvery time.Duration // fallback sweep; commits wake the worker at once
 	// ReconcileEvery queues slice.reconcile on every reachable node this often (0: never;
 	// operators can still ask with POST .../reconcile). ReconcileMaxAge is the heartbeat age
 	// that counts as reachable.
@@ -410,9 +414,13 @@ func (d *Dispatcher) taskFor(ev store.OutboxEvent, rec store.DispatchInfo) (*sto
 	if err := json.Unmarshal(rec.ImageSnapshot, &img); err != nil {
 		return nil, fmt.Errorf("image snapshot: %w", err)
 	}
+	var keys []imagesig.Key
+	if img.SignatureRequired {
+		keys = d.cfg.ImageKeys
+	}
 	return &store.NewTask{NodeID: rec.NodeID, AllocationID: rec.ID, Type: string(task.TypeVMProvision), OutboxID: ev.ID, TTL: d.cfg.ProvisionTTL,
 		Payload: task.VMProvision{AllocationID: rec.ID, Bundles: bundles, Profile: prof, Image: img, SSHPublicKeys: rec.SSHPublicKeys,
-			HousekeepingCPUs: housekeeping}}, nil
+			HousekeepingCPUs: housekeeping, ImageKeys: keys}}, nil
 }
 
 // bundlesFromSnapshots turns claim snapshots (the slot as it was reserved) into task bundles.

@@ -5,6 +5,10 @@
 // server error is retried with backoff and resumed where it stopped (Range); the digest is
 // still checked over the whole file. VMs never boot from the cache: the
 // runtime converts the image onto the slot disk.
+//
+// With a BudgetBytes the cache evicts least recently used images after each download until
+// it fits, never one the Pinned hook names (images live slices use or provisions are
+// writing); hits, downloads and evictions are counted (Stats).
 package imagecache
 
 import (
@@ -23,6 +27,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -42,6 +47,14 @@ type Cache struct {
 	// the first wait between them, doubled each time up to 30 s (DefaultBackoff when 0).
 	Attempts int
 	Backoff  time.Duration
+	// BudgetBytes bounds the cache's total size (0: unbounded); see Evict.
+	BudgetBytes int64
+	// Pinned names the digests that must stay cached (images of live slices, images being
+	// written to a disk). Evict calls it under the cache lock; an error stops the eviction.
+	Pinned func() (map[string]bool, error)
+
+	mu sync.Mutex // orders evictions against hits (touch)
+	n  counters
 }
 
 // ErrDigestMismatch is an image whose content does not match the catalog digest.
@@ -65,12 +78,13 @@ func (c *Cache) GetProgress(ctx context.Context, source, digest string, progress
 		return "", false, err
 	}
 	p := c.path(digest)
-	if _, err := os.Stat(p); err == nil {
+	if c.touch(digest) {
 		got, err := fileDigest(p)
 		if err != nil {
 			return "", false, err
 		}
 		if got == digest {
+			c.n.hits.Add(1)
 			return p, false, nil
 		}
 		_ = os.Remove(p) // corrupted cache entry: fetch again
@@ -78,6 +92,10 @@ func (c *Cache) GetProgress(ctx context.Context, source, digest string, progress
 	if err := c.download(ctx, source, digest, p, progress); err != nil {
 		return "", false, err
 	}
+	c.n.downloads.Add(1)
+	// Best effort: a failed eviction (pins unknown) leaves the cache over budget, never
+	// short of an image in use.
+	_, _ = c.Evict(digest)
 	return p, true, nil
 }
 

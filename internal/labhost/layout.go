@@ -28,9 +28,9 @@ type Layout struct {
 	DisksPerNode  int // NVMe slot disks per node
 	DiskMiB       int
 	VFsPerNode    int // SR-IOV VFs of the node's fabric stand-in
-	// SharedGroupGPU adds one more GPU stand-in on the last node behind a PCIe-to-PCI
-	// bridge together with another device: an IOMMU group shared with a device that is not
-	// in the slot (discovery must refuse that slot).
+	// SharedGroupGPU adds one more GPU stand-in behind a PCIe-to-PCI bridge together with
+	// another device: an IOMMU group shared with a device that is not in the slot (discovery
+	// must refuse that slot).
 	SharedGroupGPU bool
 }
 
@@ -126,11 +126,11 @@ func (l Layout) Args(img Image, overlay, dir, share string, sshPort int, kvm boo
 					n, sub, port(pxb), vfs, 2*vfs, vfs, 2*vfs+2, vfs+2))
 		}
 	}
-	if l.SharedGroupGPU && l.NUMANodes > 0 {
+	if l.SharedGroupGPU {
 		// Conventional PCI behind a PCIe-to-PCI bridge: no ACS, one IOMMU group for the bridge
-		// and everything behind it.
-		last := "pxb" + strconv.Itoa(l.NUMANodes-1)
-		a = append(a, "-device", "pcie-pci-bridge,id=sharedbr,bus="+port(last),
+		// and everything behind it. On the main root complex (no NUMA node), so it takes no
+		// node's CPUs from the slots approval plans for the nodes' GPUs.
+		a = append(a, "-device", "pcie-pci-bridge,id=sharedbr,bus="+port("pcie.0"),
 			"-device", "bochs-display,bus=sharedbr,addr=1", "-device", "pci-testdev,bus=sharedbr,addr=2")
 	}
 	return a

@@ -110,7 +110,12 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Host{cfg: cfg, turl: cfg.TelemetryURL, busy: map[string]int{}}, nil
+	h := &Host{cfg: cfg, turl: cfg.TelemetryURL, busy: map[string]int{}}
+	if cfg.Images.Pinned == nil {
+		// The cache's budget never evicts an image a slice here uses or is being written from.
+		cfg.Images.Pinned = h.ImagesInUse
+	}
+	return h, nil
 }
 
 // Name is "lab" or "libvirt".

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hypervisor"
 	"github.com/gpuaas/gpuaas/internal/imagecache"
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/leases"
 	"github.com/gpuaas/gpuaas/internal/task"
 )
@@ -101,8 +102,18 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if p.Image.SourceRef == "" {
 				return "", fmt.Errorf("image %s has no source", p.Image.Slug)
 			}
+			// A SKU that requires signed images: the signature over the digest is checked
+			// before anything is fetched or written (the digest check then ties the bytes to it).
+			signed, err := verifyImageSignature(p)
+			if err != nil {
+				return "", err
+			}
+			// Pinned before the fetch: from here until release the cache keeps this image.
+			if err := h.pinImage(p.AllocationID, p.Image.DigestSHA256); err != nil {
+				return "", err
+			}
+			cleanup = append(cleanup, func() { _ = os.RemoveAll(dir) })
 			var fresh bool
-			var err error
 			var last time.Time
 			imagePath, fresh, err = h.cfg.Images.GetProgress(ctx, p.Image.SourceRef, p.Image.DigestSHA256, func(done, total int64) {
 				if time.Since(last) < 2*time.Second {
@@ -118,7 +129,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%s (%d bytes, %s)", p.Image.Slug, fi.Size(), map[bool]string{true: "downloaded", false: "cached"}[fresh]), nil
+			return fmt.Sprintf("%s (%d bytes, %s)%s", p.Image.Slug, fi.Size(), map[bool]string{true: "downloaded", false: "cached"}[fresh], signed), nil
 		}},
 		{"image_digest_verify", func() (string, error) {
 			got, err := fileSHA256(imagePath)
@@ -437,4 +448,17 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// verifyImageSignature checks the image's publisher signature when its SKU requires signed
+// images (nothing otherwise). It returns a note for the phase detail naming the key.
+func verifyImageSignature(p *task.VMProvision) (string, error) {
+	if !p.Image.SignatureRequired {
+		return "", nil
+	}
+	name, err := imagesig.Verify(p.ImageKeys, p.Image.DigestSHA256, p.Image.Signature)
+	if err != nil {
+		return "", fmt.Errorf("image %s refused before download: its SKU requires signed images: %w", p.Image.Slug, err)
+	}
+	return ", signature by " + name + " verified", nil
 }

@@ -182,6 +182,10 @@ func (s Sim) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder) 
 			if ph == "lease_acquire" {
 				return validatePlan(p.Bundles)
 			}
+			if ph == "image_stat_download" {
+				_, err := verifyImageSignature(p) // the same check a VM host makes
+				return err
+			}
 			if ph == "image_digest_verify" && len(p.Image.DigestSHA256) != 64 {
 				return fmt.Errorf("image %s has no sha256 digest", p.Image.Slug)
 			}

@@ -17,13 +17,14 @@ import (
 // image without a digest is never active.
 
 const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total, allowed_gpu_counts,
-	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at, validation_policy`
+	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at, validation_policy,
+	requires_signed_images`
 
 func scanSKU(row pgx.Row, s *apiv1.SKU) error {
 	var counts []int32
 	err := row.Scan(&s.SKU, &s.Vendor, &s.DisplayName, &s.AcceleratorModel, &s.CapacityShape, &s.GPUsTotal, &counts,
 		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, rawJSON(&s.ResourceProfile), &s.Active,
-		&s.CreatedAt, &s.UpdatedAt, &s.ValidationPolicy)
+		&s.CreatedAt, &s.UpdatedAt, &s.ValidationPolicy, &s.RequiresSignedImages)
 	s.AllowedGPUCounts = make([]int, len(counts))
 	for i, c := range counts {
 		s.AllowedGPUCounts[i] = int(c)
@@ -65,11 +66,12 @@ func (t *Tx) CreateSKU(ctx context.Context, in apiv1.SKU) (apiv1.SKU, error) {
 		in.ValidationPolicy = "none"
 	}
 	_, err := t.tx.Exec(ctx, `INSERT INTO sku_catalog (sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total,
-			allowed_gpu_counts, gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, validation_policy)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)`,
+			allowed_gpu_counts, gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, validation_policy,
+			requires_signed_images)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)`,
 		in.SKU, in.Vendor, in.DisplayName, in.AcceleratorModel, in.CapacityShape, in.GPUsTotal, in.AllowedGPUCounts,
 		in.GPUHourlyPriceMinor, in.Currency, in.NetworkFabric, in.CapacityShape == "baremetal", jsonObject(in.ResourceProfile), in.Active,
-		in.ValidationPolicy)
+		in.ValidationPolicy, in.RequiresSignedImages)
 	if err != nil {
 		return apiv1.SKU{}, translate(err)
 	}
@@ -101,9 +103,13 @@ func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.
 	if p.ValidationPolicy != nil {
 		cur.ValidationPolicy = *p.ValidationPolicy
 	}
+	if p.RequiresSignedImages != nil {
+		cur.RequiresSignedImages = *p.RequiresSignedImages
+	}
 	_, err = t.tx.Exec(ctx, `UPDATE sku_catalog SET display_name = $2, allowed_gpu_counts = $3, gpu_hourly_price_minor = $4,
-		resource_profile = $5, active = $6, validation_policy = $7, updated_at = now() WHERE sku = $1`,
-		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active, cur.ValidationPolicy)
+		resource_profile = $5, active = $6, validation_policy = $7, requires_signed_images = $8, updated_at = now() WHERE sku = $1`,
+		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active, cur.ValidationPolicy,
+		cur.RequiresSignedImages)
 	if err != nil {
 		return cur, translate(err)
 	}
@@ -113,13 +119,13 @@ func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.
 const imageColumns = `id::text, slug, display_name, version, target, family, architecture, coalesce(accelerator_vendor, ''),
 	coalesce(network_fabric, ''), image_format, source_type, source_ref, coalesce(digest_sha256, ''), size_bytes,
 	cloud_init_supported, guest_agent_supported, default_username, driver_strategy, compatibility_metadata,
-	is_default, active, created_at, updated_at, retired_at`
+	is_default, active, created_at, updated_at, retired_at, signature`
 
 func scanImage(row pgx.Row, i *apiv1.OSImage) error {
 	return row.Scan(&i.ID, &i.Slug, &i.DisplayName, &i.Version, &i.Target, &i.Family, &i.Architecture, &i.AcceleratorVendor,
 		&i.NetworkFabric, &i.ImageFormat, &i.SourceType, &i.SourceRef, &i.DigestSHA256, &i.SizeBytes,
 		&i.CloudInitSupported, &i.GuestAgentSupported, &i.DefaultUsername, &i.DriverStrategy, &i.CompatibilityMetadata,
-		&i.IsDefault, &i.Active, &i.CreatedAt, &i.UpdatedAt, &i.RetiredAt)
+		&i.IsDefault, &i.Active, &i.CreatedAt, &i.UpdatedAt, &i.RetiredAt, &i.Signature)
 }
 
 // ImageFilter narrows ListImages; zero values do not filter. AcceleratorVendor and
@@ -188,12 +194,12 @@ func (t *Tx) CreateImage(ctx context.Context, im apiv1.OSImage) (apiv1.OSImage, 
 	var id string
 	err := t.tx.QueryRow(ctx, `INSERT INTO os_images (slug, display_name, version, target, family, architecture,
 			accelerator_vendor, network_fabric, image_format, source_type, source_ref, digest_sha256, size_bytes,
-			cloud_init_supported, guest_agent_supported, default_username, driver_strategy, compatibility_metadata, active)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) RETURNING id::text`,
+			cloud_init_supported, guest_agent_supported, default_username, driver_strategy, compatibility_metadata, active, signature)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) RETURNING id::text`,
 		im.Slug, im.DisplayName, im.Version, im.Target, im.Family, im.Architecture, nullIfEmpty(im.AcceleratorVendor),
 		nullIfEmpty(im.NetworkFabric), im.ImageFormat, im.SourceType, im.SourceRef, nullIfEmpty(im.DigestSHA256),
 		im.SizeBytes, im.CloudInitSupported, im.GuestAgentSupported, im.DefaultUsername, im.DriverStrategy,
-		jsonObject(im.CompatibilityMetadata), im.Active).Scan(&id)
+		jsonObject(im.CompatibilityMetadata), im.Active, im.Signature).Scan(&id)
 	if err != nil {
 		return apiv1.OSImage{}, translate(err)
 	}
@@ -249,6 +255,7 @@ func (t *Tx) PatchImage(ctx context.Context, idOrSlug string, p apiv1.OSImagePat
 	if p.SourceRef != nil {
 		cur.SourceRef = *p.SourceRef
 	}
+	oldDigest := cur.DigestSHA256
 	if p.DigestSHA256 != nil {
 		cur.DigestSHA256 = *p.DigestSHA256
 	}
@@ -261,10 +268,16 @@ func (t *Tx) PatchImage(ctx context.Context, idOrSlug string, p apiv1.OSImagePat
 	if p.Active != nil {
 		cur.Active = *p.Active
 	}
+	if p.Signature != nil {
+		cur.Signature = *p.Signature
+	} else if cur.DigestSHA256 != oldDigest {
+		cur.Signature = "" // a signature covers one digest: a new digest needs a new signature
+	}
 	_, err = t.tx.Exec(ctx, `UPDATE os_images SET display_name = $2, source_ref = $3, digest_sha256 = $4, size_bytes = $5,
-		compatibility_metadata = $6, active = $7, retired_at = CASE WHEN $7 THEN NULL ELSE retired_at END, updated_at = now()
+		compatibility_metadata = $6, active = $7, retired_at = CASE WHEN $7 THEN NULL ELSE retired_at END, signature = $8,
+		updated_at = now()
 		WHERE id = $1`, cur.ID, cur.DisplayName, cur.SourceRef, nullIfEmpty(cur.DigestSHA256), cur.SizeBytes,
-		jsonObject(cur.CompatibilityMetadata), cur.Active)
+		jsonObject(cur.CompatibilityMetadata), cur.Active, cur.Signature)
 	if err != nil {
 		return cur, translate(err)
 	}

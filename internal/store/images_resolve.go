@@ -19,13 +19,22 @@ type ResolvedImage struct {
 	DigestSHA256 string `json:"digest_sha256"`
 	ImageFormat  string `json:"image_format"`
 	Username     string `json:"default_username"`
+	// Signature is the publisher's signature over the digest ("" when unsigned), and
+	// SignatureRequired whether the SKU requires signed images: the host then verifies it.
+	Signature         string `json:"signature,omitempty"`
+	SignatureRequired bool   `json:"signature_required,omitempty"`
 }
 
 // viableImage is the seed-000 "viable os_images row" predicate for a vm_slice SKU: active,
-// not retired, with a digest, and either generic or listing the SKU as compatible.
+// not retired, with a digest, either generic or listing the SKU as compatible, and signed
+// when the SKU requires signed images.
 const viableImage = `i.target = 'vm_slice' AND i.active AND i.retired_at IS NULL AND i.digest_sha256 IS NOT NULL
 	AND (NOT (i.compatibility_metadata ? 'compatible_skus')
-	     OR i.compatibility_metadata->'compatible_skus' ? $1)`
+	     OR i.compatibility_metadata->'compatible_skus' ? $1)
+	AND (i.signature <> '' OR NOT ` + skuRequiresSigned + `)`
+
+// skuRequiresSigned is whether SKU $1 requires signed images.
+const skuRequiresSigned = `EXISTS (SELECT 1 FROM sku_catalog s WHERE s.sku = $1 AND s.requires_signed_images)`
 
 // ResolveSliceImage picks the image for a slice allocation: the named slug if given (it must
 // be viable for the SKU), else the best default: SKU-specific images before generic ones,
@@ -39,10 +48,14 @@ func (s *Store) ResolveSliceImage(ctx context.Context, sku, slug string) (Resolv
 	return resolveSliceImage(ctx, s.pool, sku, slug)
 }
 
-// resolveImageSQL picks the slice image for $1 (SKU) and $2 (slug, "" for the default).
-const resolveImageSQL = `SELECT i.id::text, i.slug, i.source_type, i.source_ref, i.digest_sha256, i.image_format, i.default_username
+// resolveImageSQL picks the slice image for $1 (SKU) and $2 (slug, "" for the default): the
+// SKU's default pointer when it has one (migration 024), else the best viable image.
+const resolveImageSQL = `SELECT i.id::text, i.slug, i.source_type, i.source_ref, i.digest_sha256, i.image_format, i.default_username,
+		i.signature, ` + skuRequiresSigned + `
 	FROM os_images i
 	WHERE ` + viableImage + ` AND ($2 = '' OR i.slug = $2)
+	  AND ($2 <> '' OR NOT EXISTS (SELECT 1 FROM sku_image_pointers p WHERE p.sku = $1)
+	       OR i.id = (SELECT p.image_id FROM sku_image_pointers p WHERE p.sku = $1))
 	ORDER BY coalesce(i.compatibility_metadata->'compatible_skus' ? $1, false) DESC, i.is_default DESC, i.created_at DESC
 	LIMIT 1`
 
@@ -52,7 +65,8 @@ func resolveSliceImage(ctx context.Context, q querier, sku, slug string) (Resolv
 
 func scanResolvedImage(row pgx.Row) (ResolvedImage, error) {
 	var r ResolvedImage
-	err := row.Scan(&r.ID, &r.Slug, &r.SourceType, &r.SourceRef, &r.DigestSHA256, &r.ImageFormat, &r.Username)
+	err := row.Scan(&r.ID, &r.Slug, &r.SourceType, &r.SourceRef, &r.DigestSHA256, &r.ImageFormat, &r.Username,
+		&r.Signature, &r.SignatureRequired)
 	if errors.Is(translate(err), ErrNotFound) {
 		return r, ErrNotFound
 	}
@@ -66,6 +80,9 @@ type CreateLookup struct {
 	// none fits), meaningful only for a gpu_slice SKU.
 	Image    ResolvedImage
 	ImageErr error
+	// Canary is the SKU's canary rollout in progress (nil when none, or when the request
+	// named its image): nodes it includes boot its image instead of Image.
+	Canary *Canary
 	// Window is the first placement window when one was asked for (nil otherwise), WindowFor
 	// what was asked and WindowErr its outcome.
 	Window    *Window
@@ -83,6 +100,7 @@ func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string, first *Win
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+skuColumns+` FROM sku_catalog WHERE sku = $1`, sku)
 	b.Queue(resolveImageSQL, sku, slug)
+	b.Queue(canarySQL, sku, slug)
 	if first != nil {
 		first.queue(b)
 	}
@@ -93,6 +111,11 @@ func (t *Tx) SKUWithSliceImage(ctx context.Context, sku, slug string, first *Win
 		return out, err
 	}
 	out.Image, out.ImageErr = scanResolvedImage(br.QueryRow())
+	canary, err := scanCanary(br.QueryRow())
+	if err != nil {
+		return out, err
+	}
+	out.Canary = canary
 	if first != nil {
 		w, err := first.read(br)
 		w.SentAt = sent

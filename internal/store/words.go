@@ -28,6 +28,15 @@ var constraintWords = map[string]string{
 	"capacity_reservations_tenant_id_fkey":       "tenant not found",
 	"capacity_reservations_sku_fkey":             "SKU not found",
 	"allocations_reservation_id_fkey":            "reservation not found",
+	"os_images_signature_form":                   "signature is not 64 bytes of standard base64",
+	"image_rollouts_one_canary":                  "a canary rollout of that SKU is already in progress: promote or roll it back first",
+	"image_rollouts_new_image":                   "that image is already the SKU's default",
+	"image_rollouts_sku_fkey":                    "SKU not found",
+	"sku_image_pointers_sku_fkey":                "SKU not found",
+	"image_rollouts_image_id_fkey":               "the image is named by a rollout; retire it instead",
+	"image_rollouts_previous_image_id_fkey":      "the image is named by a rollout; retire it instead",
+	"sku_image_pointers_image_id_fkey":           "the image is a SKU's default; retire it instead",
+	"image_smoke_tests_image_id_fkey":            "the image has smoke tests; retire it instead",
 }
 
 // inOurWords is the message a database error may carry to a client. Our own triggers and

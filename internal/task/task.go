@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/imagesig"
 )
 
 // Type names a task kind.
@@ -66,6 +68,12 @@ type Image struct {
 	DigestSHA256 string `json:"digest_sha256"`
 	Format       string `json:"image_format"`
 	Username     string `json:"default_username"`
+	// Signature is the publisher's detached ed25519 signature over DigestSHA256 (imagesig).
+	Signature string `json:"signature,omitempty"`
+	// SignatureRequired says the SKU requires signed images: the host refuses an image whose
+	// signature no key in VMProvision.ImageKeys verifies, before fetching it or writing a
+	// byte of it to a disk.
+	SignatureRequired bool `json:"signature_required,omitempty"`
 }
 
 // Profile is the resolved VM shape.
@@ -89,6 +97,9 @@ type VMProvision struct {
 	// HousekeepingCPUs is the host's CPU set kept back from slots (cpulist form): the VM's
 	// emulator and I/O threads are pinned there, off every slot's CPUs.
 	HousekeepingCPUs string `json:"housekeeping_cpus,omitempty"`
+	// ImageKeys are the publisher keys the controller trusts; this task's signature carries
+	// them to the host, which checks Image.Signature against them.
+	ImageKeys []imagesig.Key `json:"image_keys,omitempty"`
 }
 
 // VMRelease is the payload of slice.vm_release.

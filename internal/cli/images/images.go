@@ -1,5 +1,6 @@
 // Package images is `gpuaasctl images`: the OS image catalog (admin): list, show, add,
-// retire and delete images.
+// retire and delete images, and their lifecycle: smoke tests, activation, each SKU's
+// default image and canary rollouts.
 package images
 
 import (
@@ -24,6 +25,11 @@ func NewCmdImages(f *cmdutil.Factory) *cobra.Command {
 		NewCmdAdd(f, nil),
 		NewCmdRetire(f, nil),
 		NewCmdDelete(f, nil),
+		NewCmdTest(f, nil),
+		NewCmdTests(f, nil),
+		NewCmdActivate(f, nil),
+		NewCmdDefault(f, nil),
+		NewCmdRollout(f),
 	)
 }
 

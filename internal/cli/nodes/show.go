@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -117,6 +118,49 @@ func printDetail(t *output.TableWriter, n *apiv1.Node) {
 	}
 	t.Row("Available by SKU:", output.Dash(bySKU(s.BySKU)))
 	t.Row("Live claims:", fmt.Sprintf("slot=%d node_exclusive=%d", s.LiveSlotClaims, s.LiveExclusiveClaims))
+	printImageCache(t, n.AgentFacts)
+}
+
+// imageCache is the part of a heartbeat's facts that describes the host's image cache.
+type imageCache struct {
+	Facts struct {
+		ImageCache *struct {
+			BudgetBytes int64 `json:"budget_bytes"`
+			UsedBytes   int64 `json:"used_bytes"`
+			Images      []struct {
+				Digest   string    `json:"digest_sha256"`
+				Size     int64     `json:"size_bytes"`
+				LastUsed time.Time `json:"last_used"`
+				Pinned   bool      `json:"pinned"`
+			} `json:"images"`
+			Hits      int64 `json:"hits"`
+			Downloads int64 `json:"downloads"`
+			Evictions int64 `json:"evictions"`
+		} `json:"image_cache"`
+	} `json:"facts"`
+}
+
+// printImageCache lists the images the host's cache holds, as its last heartbeat said.
+func printImageCache(t *output.TableWriter, facts json.RawMessage) {
+	var hb imageCache
+	if len(facts) == 0 || json.Unmarshal(facts, &hb) != nil || hb.Facts.ImageCache == nil {
+		t.Row("Image cache:", "not reported (sim runtime, or no heartbeat yet)")
+		return
+	}
+	c := hb.Facts.ImageCache
+	budget := "unbounded"
+	if c.BudgetBytes > 0 {
+		budget = fmt.Sprintf("budget %d bytes", c.BudgetBytes)
+	}
+	t.Row("Image cache:", fmt.Sprintf("%d images, %d bytes (%s); hits=%d downloads=%d evictions=%d",
+		len(c.Images), c.UsedBytes, budget, c.Hits, c.Downloads, c.Evictions))
+	for _, im := range c.Images {
+		use := ""
+		if im.Pinned {
+			use = " in use"
+		}
+		t.Row("", fmt.Sprintf("- %s… %d bytes, last used %s%s", im.Digest[:min(16, len(im.Digest))], im.Size, output.Time(im.LastUsed), use))
+	}
 }
 
 func bySKU(v []apiv1.SKUSlots) string {
