@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -49,6 +50,12 @@ type Options struct {
 	// replica with a controller certificate. Without them sessions are served where opened.
 	AdvertiseURL string
 	ReplicaTLS   *tls.Config
+	// HeartbeatMaxAge is the heartbeat age past which /metrics counts an active node as
+	// missing (gpuaas_nodes_heartbeat_stale); 0 means 2 minutes.
+	HeartbeatMaxAge time.Duration
+	// ServerCert is this replica's server certificate, whose expiry /metrics reports beside
+	// the CA's; nil reports the CA's alone.
+	ServerCert *x509.Certificate
 }
 
 // Server serves the API.
@@ -114,6 +121,17 @@ func New(opts Options) *Server {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_fleet_scans_total",
 				Help: "Slice reservations that ranked every candidate of the fleet (no best-fit window settled them)."},
 				func() float64 { return float64(s.alloc.Stats().FleetScans) }))
+	}
+	if s.store != nil {
+		stale := opts.HeartbeatMaxAge
+		if stale <= 0 {
+			stale = 2 * time.Minute
+		}
+		certs := map[string]*x509.Certificate{"server": opts.ServerCert}
+		if s.ca != nil {
+			certs["ca"] = s.ca.Cert
+		}
+		s.reg.MustRegister(&fleetCollector{store: s.store, staleAfter: stale, certs: certs, cacheFor: 10 * time.Second})
 	}
 	s.routes()
 	return s
