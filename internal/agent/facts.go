@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/prereq"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // Facts is the host summary sent with heartbeats.
@@ -22,10 +23,16 @@ type Facts struct {
 	IOMMUGroups   int    `json:"iommu_groups"`
 	HostRoot      string `json:"host_root"`
 	SpooledResult int    `json:"spooled_results"`
+	// Version and TaskSchemas say what this hostd is and which task schema versions it
+	// decodes: the controller sends it nothing else (internal/task/schema.go). In the facts
+	// object, which every controller stores as it is, so an older controller is not upset
+	// by them.
+	Version     string              `json:"version"`
+	TaskSchemas map[task.Type][]int `json:"task_schemas"`
 }
 
 func (a *Agent) facts() Facts {
-	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot}
+	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot, Version: a.version, TaskSchemas: task.Schemas()}
 	if b, err := a.host.ReadFile("/proc/sys/kernel/hostname"); err == nil {
 		f.Hostname = strings.TrimSpace(string(b))
 	}

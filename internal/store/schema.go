@@ -25,3 +25,24 @@ func SchemaVersion(ctx context.Context, connString string) (int32, error) {
 	}
 	return v, nil
 }
+
+// QueuedTaskKinds counts a node's queued tasks by type and schema version (the runnable
+// index bounds it), for saying which of them its hostd cannot take.
+func (s *Store) QueuedTaskKinds(ctx context.Context, nodeID string) (map[[2]string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT type, schema_version::text, count(*)::int FROM node_tasks
+		WHERE node_id = $1::uuid AND status = 'queued' GROUP BY 1, 2`, uuidArg(nodeID))
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := map[[2]string]int{}
+	for rows.Next() {
+		var t, v string
+		var n int
+		if err := rows.Scan(&t, &v, &n); err != nil {
+			return nil, translate(err)
+		}
+		out[[2]string{t, v}] = n
+	}
+	return out, translate(rows.Err())
+}

@@ -1,0 +1,92 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
+)
+
+// A node is leased only the tasks its hostd decodes, by the schemas its last heartbeat
+// reported; a node that reported none is a gpuaas-hostd 0.1.0 (version 1 of the types it
+// knew). The rest stay queued, and task.WaitReason, which alloc show and nodes show print,
+// agrees with the database on each.
+func TestLeaseOnlyWhatTheHostDecodes(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	node := addNode(t, st, "skew-1", 80).ID
+	conn := connect(t, url)
+	insert := func(typ string, version int) string {
+		t.Helper()
+		var id string
+		if err := conn.QueryRow(ctx, `INSERT INTO node_tasks (node_id, type, payload, not_after, schema_version)
+			VALUES ($1, $2, '{}', now() + interval '1 hour', $3) RETURNING id::text`, node, typ, version).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	heartbeat := func(facts any) json.RawMessage {
+		t.Helper()
+		hb, _ := json.Marshal(map[string]any{"agent_version": "v-test", "facts": facts})
+		if err := st.RecordHeartbeats(ctx, []store.HeartbeatRecord{{NodeID: node, At: time.Now(), Facts: hb}}); err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	v1 := insert("slice.vm_provision", 1)
+	v2 := insert("slice.vm_provision", 2)
+	future := insert("slot.future_task", 1)
+	names := map[string]string{v1: "vm_provision v1", v2: "vm_provision v2", future: "future type"}
+	leased := func() []string {
+		t.Helper()
+		trs, err := st.LeaseTasks(ctx, node, time.Minute, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, tr := range trs {
+			out = append(out, names[tr.ID])
+		}
+		sort.Strings(out)
+		return out
+	}
+	check := func(want ...string) {
+		t.Helper()
+		got := leased()
+		if len(got) != len(want) || (len(got) > 0 && got[0] != want[0]) || (len(got) > 1 && got[1] != want[1]) {
+			t.Fatalf("leased %v, want %v", got, want)
+		}
+	}
+
+	// A 0.1.0 host (facts without task_schemas): version 1 of a type it knew, nothing else.
+	old := heartbeat(map[string]any{"hostname": "h"})
+	check("vm_provision v1")
+	for id, wantWait := range map[string]bool{v2: true, future: true} {
+		var typ string
+		var v int
+		_ = conn.QueryRow(ctx, `SELECT type, schema_version FROM node_tasks WHERE id = $1`, id).Scan(&typ, &v)
+		if why := task.WaitReason(old, typ, v); (why != "") != wantWait {
+			t.Fatalf("%s: wait reason %q", names[id], why)
+		}
+	}
+	if why := task.WaitReason(old, "slice.vm_provision", 2); why != "host needs gpuaas-hostd >= "+task.MinHostd(task.TypeVersion{Type: "slice.vm_provision", Version: 2})+" for slice.vm_provision schema 2 (it runs v-test)" {
+		t.Fatalf("wait reason %q", why)
+	}
+	// An upgraded host that decodes version 2 and the new type gets both.
+	heartbeat(map[string]any{"task_schemas": map[string][]int{"slice.vm_provision": {1, 2}, "slot.future_task": {1}}})
+	check("future type", "vm_provision v2")
+}
+
+// node_tasks inserts rely on schema_version's default (1): when a type's current schema
+// moves past 1, its inserts must say so.
+func TestEveryTypeIsAtSchemaOne(t *testing.T) {
+	for typ := range task.Schemas() {
+		if v := task.CurrentSchema(typ); v != 1 {
+			t.Fatalf("%s is at schema %d: node_tasks inserts write the column's default 1; set schema_version where it is queued", typ, v)
+		}
+	}
+}
