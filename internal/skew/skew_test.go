@@ -54,8 +54,8 @@ type host struct {
 // GPUAAS_ALLOW_SIMULATED_HOSTS, which benchenv sets).
 var ctlFlags = []string{"--task-lease", "5s"}
 
-// start brings up PostgreSQL and controller A from bin; A migrates the empty database to
-// its release's schema on start, as a fresh install does.
+// start brings up PostgreSQL migrated by bin's `gpuaas-controller migrate`, seeds a tenant,
+// and starts controller A from bin.
 func start(t *testing.T, bin string) *plane {
 	t.Helper()
 	pgtest.RequireServer(t)
@@ -93,10 +93,10 @@ func start(t *testing.T, bin string) *plane {
 	if err := os.MkdirAll(p.A.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.A.StartController(ctx, bin, ctlFlags...); err != nil {
-		t.Fatalf("start controller A: %v", err)
+	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "gpuaas-controller"), "migrate", "--database-url", p.A.DBURL).CombinedOutput(); err != nil {
+		t.Fatalf("migrate with %s: %v\n%s", bin, err, out)
 	}
-	// Seed a tenant, its token and a slice image in the schema A made.
+	// Seed a tenant, its token and a slice image in the schema that release made.
 	if err := p.A.Store.InTx(ctx, func(tx *store.Tx) error {
 		tn, err := tx.CreateTenant(ctx, "skew")
 		if err != nil {
@@ -111,6 +111,9 @@ func start(t *testing.T, bin string) *plane {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if err := p.A.StartController(ctx, bin, ctlFlags...); err != nil {
+		t.Fatalf("start controller A: %v", err)
 	}
 	adminTok, err := os.ReadFile(pki.Paths{Dir: p.A.StateDir}.AdminToken())
 	if err != nil {

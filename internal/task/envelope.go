@@ -174,7 +174,7 @@ func (v *Verifier) Verify(e *Envelope) (any, error) {
 		return nil, refuse(RefuseMalformed, "schema_version must not be negative")
 	}
 	if tv := (TypeVersion{e.Type, max(e.SchemaVersion, 1)}); schemas[tv] == nil {
-		return nil, refuse(RefuseUnsupportedSchema, "%s is not supported by this host (it needs gpuaas-hostd >= %s)", tv, MinHostd(tv))
+		return nil, refuse(RefuseUnsupportedSchema, "%s is not supported by this host", tv)
 	}
 	payload, err := DecodePayloadVersion(e.Type, e.SchemaVersion, e.Payload)
 	if err != nil {

@@ -39,12 +39,16 @@ var introduced = map[TypeVersion]string{}
 // FirstRelease is the first tagged release; every schema version 1 dates from it.
 const FirstRelease = "0.1.0"
 
-// MinHostd is the oldest gpuaas-hostd release that decodes tv.
+// MinHostd is the oldest gpuaas-hostd release that decodes tv ("" when no release this
+// build knows of does).
 func MinHostd(tv TypeVersion) string {
 	if v, ok := introduced[tv]; ok {
 		return v
 	}
-	return FirstRelease
+	if Supports(nil, tv) {
+		return FirstRelease
+	}
+	return ""
 }
 
 // LegacySchemas is what a host that reports no schemas decodes: gpuaas-hostd 0.1.0, which
@@ -131,5 +135,8 @@ func WaitReason(agentFacts json.RawMessage, t string, v int) string {
 	if runs == "" {
 		runs = "an unknown version"
 	}
-	return fmt.Sprintf("host needs gpuaas-hostd >= %s for %s (it runs %s)", MinHostd(tv), tv, runs)
+	if min := MinHostd(tv); min != "" {
+		return fmt.Sprintf("host needs gpuaas-hostd >= %s for %s (it runs %s)", min, tv, runs)
+	}
+	return fmt.Sprintf("host needs a gpuaas-hostd that decodes %s (it runs %s)", tv, runs)
 }
