@@ -182,6 +182,10 @@ func (p *plane) addHost(bin string) *host {
 	h.start(bin)
 	p.t.Cleanup(h.stop)
 	p.hosts = append(p.hosts, h)
+	waitFor(p.t, h.name+"'s first heartbeat", 60*time.Second, func() (bool, error) {
+		nd, err := p.admin.GetNode(p.ctx, h.name)
+		return err == nil && nd.LastHeartbeatAt != nil, err
+	})
 	return h
 }
 
