@@ -1,11 +1,20 @@
 package api_test
 
 import (
+	"context"
+	"crypto/tls"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpuaas/gpuaas/internal/alloc"
+	"github.com/gpuaas/gpuaas/internal/api"
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/pgserver/pgtest"
+	"github.com/gpuaas/gpuaas/internal/pki"
+	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // scrape reads /metrics into series (name plus labels, as exposed) -> value.
@@ -75,5 +84,51 @@ func TestMetricsReportFleetState(t *testing.T) {
 	}
 	if _, ok := m[`gpuaas_tasks_pending_oldest_seconds`]; !ok {
 		t.Error("/metrics lacks gpuaas_tasks_pending_oldest_seconds")
+	}
+}
+
+// The certificate expiries the alert reads: the controller's CA and server certificate as
+// loaded, and the earliest of the active nodes' newest unrevoked node certificates.
+func TestMetricsReportCertificateExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	st, err := store.Open(ctx, dsn, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	dir := t.TempDir()
+	if _, err := pki.Init(pki.InitOptions{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(pki.Paths{Dir: dir}.ServerCert(), pki.Paths{Dir: dir}.ServerKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(api.New(api.Options{Store: st, Alloc: alloc.New(st, alloc.Config{}), CA: ca, ServerCert: pair.Leaf}).Handler())
+	t.Cleanup(srv.Close)
+	b := &apiBundle{t: t, srv: srv, st: st, dsn: dsn}
+	b.sql(`INSERT INTO nodes (name, region) VALUES ('c1', 'lab'), ('c2', 'lab')`)
+	// c1 renewed (its newest certificate counts, not the older one); c2's only certificate
+	// expires first; a revoked one and a retired node's do not count.
+	b.sql(`INSERT INTO node_credentials (serial, node_id, not_after, revoked_at)
+		SELECT 's1', id, '2031-01-01Z'::timestamptz, NULL::timestamptz FROM nodes WHERE name = 'c1' UNION ALL
+		SELECT 's2', id, '2030-01-01Z', NULL FROM nodes WHERE name = 'c1' UNION ALL
+		SELECT 's3', id, '2030-06-01Z', NULL FROM nodes WHERE name = 'c2' UNION ALL
+		SELECT 's4', id, '2029-01-01Z', now() FROM nodes WHERE name = 'c2'`)
+	m := b.scrape()
+	for cert, want := range map[string]float64{
+		"ca":     float64(ca.Cert.NotAfter.Unix()),
+		"server": float64(pair.Leaf.NotAfter.Unix()),
+		"node":   float64(time.Date(2030, 6, 1, 0, 0, 0, 0, time.UTC).Unix()),
+	} {
+		if got := m[`gpuaas_certificate_expiry_timestamp_seconds{cert="`+cert+`"}`]; got != want {
+			t.Errorf("%s certificate expiry = %v, want %v", cert, got, want)
+		}
 	}
 }
