@@ -33,7 +33,7 @@ type fleetCollector struct {
 var (
 	descDBUp          = prometheus.NewDesc("gpuaas_database_up", "1 when this replica's database answers (what /readyz checks), 0 otherwise.", nil, nil)
 	descNodes         = prometheus.NewDesc("gpuaas_nodes", "Nodes by status.", []string{"status"}, nil)
-	descNodesStale    = prometheus.NewDesc("gpuaas_nodes_heartbeat_stale", "Active nodes whose last heartbeat is older than --heartbeat-max-age (or that never sent one).", nil, nil)
+	descNodesStale    = prometheus.NewDesc("gpuaas_nodes_heartbeat_stale", "Active nodes whose last heartbeat is older than --heartbeat-max-age (nodes never heard from, not enrolled yet, are not counted).", nil, nil)
 	descSlots         = prometheus.NewDesc("gpuaas_slots", "Resource slots by status.", []string{"status"}, nil)
 	descAllocs        = prometheus.NewDesc("gpuaas_allocations", "Live allocations by status.", []string{"status"}, nil)
 	descOldestInFl    = prometheus.NewDesc("gpuaas_allocations_provisioning_oldest_seconds", "Age of the oldest allocation still requested or provisioning (0: none).", nil, nil)

@@ -52,6 +52,7 @@ func TestMetricsReportFleetState(t *testing.T) {
 		SELECT s.id, s.node_id, false, 'readback not zero' FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
 		WHERE n.name = 'n1' AND s.slot_index = 7`)
 
+	b.sql(`INSERT INTO nodes (name, region, last_heartbeat_at) VALUES ('silent', 'lab', now() - interval '1 hour')`)
 	m := b.scrape()
 	want := map[string]float64{
 		`gpuaas_database_up`:                                                    1,

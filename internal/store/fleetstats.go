@@ -14,7 +14,7 @@ import (
 // against these figures; they are the same from every replica.
 type FleetStats struct {
 	Nodes            map[string]int // by status
-	NodesStale       int            // active nodes whose last heartbeat is older than the threshold (or none yet)
+	NodesStale       int            // active nodes heard from once whose last heartbeat is older than the threshold
 	Slots            map[string]int // by status
 	Allocations      map[string]int // live allocations by status (released and failed are not counted)
 	OldestInFlight   time.Duration  // age of the oldest requested/provisioning allocation (0: none)
@@ -103,7 +103,7 @@ func (s *Store) FleetStats(ctx context.Context, staleAfter time.Duration) (Fleet
 		coalesce((SELECT extract(epoch FROM now() - min(created_at)) FROM node_tasks
 		          WHERE status IN ('queued', 'leased')), 0)::float8,
 		(SELECT count(*) FROM nodes WHERE status = 'active'
-		   AND (last_heartbeat_at IS NULL OR last_heartbeat_at < now() - make_interval(secs => $1)))::float8,
+		   AND last_heartbeat_at < now() - make_interval(secs => $1))::float8,
 		coalesce((SELECT count(*) FROM (SELECT verified, recorded_at FROM slot_wipe_proofs ORDER BY id DESC LIMIT $2) p
 		          WHERE NOT p.verified AND p.recorded_at > now() - make_interval(secs => $3)), 0)::int`,
 		staleAfter.Seconds(), WipeProofWindow, StatsWindow.Seconds()).Scan(&oldestAlloc, &oldestTask, &stale, &st.WipeFailures); err != nil {
