@@ -56,8 +56,8 @@ func TestMetricsReportFleetState(t *testing.T) {
 	m := b.scrape()
 	want := map[string]float64{
 		`gpuaas_database_up`:                                                    1,
-		`gpuaas_nodes{status="active"}`:                                         1,
-		`gpuaas_nodes_heartbeat_stale`:                                          1, // n1 never sent a heartbeat
+		`gpuaas_nodes{status="active"}`:                                         2,
+		`gpuaas_nodes_heartbeat_stale`:                                          1, // silent; n1, never heard from (not enrolled), is not counted
 		`gpuaas_slots{status="available"}`:                                      6,
 		`gpuaas_slots{status="cleanup_blocked"}`:                                0,
 		`gpuaas_allocations{status="requested"}`:                                1,
