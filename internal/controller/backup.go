@@ -258,13 +258,6 @@ func Restore(ctx context.Context, cfg Config, from string, log *slog.Logger) (ba
 	if err != nil {
 		return m, err
 	}
-	if cfg.DatabaseURL == "" && os.Geteuid() == 0 {
-		// The embedded cluster runs as the postgres user and reads the dump through pg_restore
-		// run as root; only the directory's traversal matters here.
-		if err := os.Chmod(tmpDir, 0o711); err != nil {
-			return m, err
-		}
-	}
 	url, stop, err := database(ctx, cfg, log)
 	if err != nil {
 		return m, err

@@ -123,3 +123,51 @@ func TestBackupRestoreRoundTripAndRefusals(t *testing.T) {
 	}
 	refused("a file that is no archive", Config{StateDir: filepath.Join(dir, "s4"), DatabaseURL: empty}, junk, "not a")
 }
+
+// Without --database-url, backup reaches the embedded cluster under the state directory,
+// also while a controller runs it (through its socket), and restore creates a new embedded
+// cluster in the fresh state directory and loads the dump into it.
+func TestBackupRestoreEmbeddedDatabase(t *testing.T) {
+	pgtest.RequireServer(t)
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	root, err := os.MkdirTemp("", "gpuaas-backup-")
+	if err == nil {
+		err = os.Chmod(root, 0o755) // the embedded cluster runs as its own user when we are root
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	src := Config{StateDir: filepath.Join(root, "src")}
+	if _, err := Init(src); err != nil {
+		t.Fatal(err)
+	}
+	// A running controller's embedded cluster (owned by "another process": this test).
+	url, stop, err := database(ctx, src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Migrate(ctx, url); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	archive := filepath.Join(root, "backup.tar")
+	m, err := Backup(ctx, src, archive, "test", log)
+	stop()
+	if err != nil {
+		t.Fatalf("backup of a running embedded cluster: %v", err)
+	}
+	dst := Config{StateDir: filepath.Join(root, "dst")}
+	if _, err := Restore(ctx, dst, archive, log); err != nil {
+		t.Fatalf("restore into a new embedded cluster: %v", err)
+	}
+	url, stop, err = database(ctx, dst, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if v, err := store.SchemaVersion(ctx, url); err != nil || v != m.SchemaVersion || v == 0 {
+		t.Fatalf("restored embedded schema version %d (%v), want %d", v, err, m.SchemaVersion)
+	}
+}
