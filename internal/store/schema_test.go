@@ -90,3 +90,51 @@ func TestEveryTypeIsAtSchemaOne(t *testing.T) {
 		}
 	}
 }
+
+// The previous release's lease statement (it knows nothing of schema versions) is held to the
+// same rule by the database: it leases what the host decodes and leaves the rest queued.
+func TestPreviousReleaseLeaseCannotHandOutWhatTheHostDoesNotDecode(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	node := addNode(t, st, "skew-2", 81).ID
+	conn := connect(t, url)
+	var v1, v2, future string
+	for _, tk := range []struct {
+		typ string
+		v   int
+		id  *string
+	}{{"slice.vm_provision", 1, &v1}, {"slice.vm_provision", 2, &v2}, {"slot.future_task", 1, &future}} {
+		if err := conn.QueryRow(ctx, `INSERT INTO node_tasks (node_id, type, payload, not_after, schema_version)
+			VALUES ($1, $2, '{}', now() + interval '1 hour', $3) RETURNING id::text`, node, tk.typ, tk.v).Scan(tk.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// v0.1.0's LeaseTasks, verbatim.
+	const previousLease = `UPDATE node_tasks SET status = 'leased', attempt = attempt + 1,
+			lease_expires_at = now() + make_interval(secs => $2::float8), updated_at = now()
+		WHERE id IN (SELECT id FROM node_tasks
+		             WHERE node_id = $1 AND not_after > now() AND attempt < max_attempts
+		               AND (status = 'queued' OR (status = 'leased' AND lease_expires_at < now()))
+		             ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING id::text`
+	leased := map[string]bool{}
+	rows, err := conn.Query(ctx, previousLease, node, 60.0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		leased[id] = true
+	}
+	rows.Close()
+	if !leased[v1] || leased[v2] || leased[future] || len(leased) != 1 {
+		t.Fatalf("the previous release's lease took %v; want only the version 1 task (%s)", leased, v1)
+	}
+	var queued int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM node_tasks WHERE id IN ($1, $2) AND status = 'queued' AND attempt = 0`, v2, future).Scan(&queued); err != nil || queued != 2 {
+		t.Fatalf("%d of the undecodable tasks still queued untouched (%v), want 2", queued, err)
+	}
+}

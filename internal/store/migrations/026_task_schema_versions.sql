@@ -18,7 +18,28 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 
+-- The database itself refuses to lease a host what it does not decode, whichever controller
+-- leases (a replica of the previous release, which knows nothing of schema versions, still
+-- serves during a rolling upgrade): the row is left as it was (the trigger skips it), so
+-- the task stays queued and the statement leases the others. Only tasks that some host
+-- might not decode (a schema above 1, or a type a 0.1.0 host did not know) run the check;
+-- every other lease pays for the WHEN test alone.
+CREATE FUNCTION node_tasks_lease_decodable() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT gpuaas_host_decodes((SELECT agent_facts FROM nodes WHERE id = NEW.node_id), NEW.type, NEW.schema_version) THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER node_tasks_lease_decodable BEFORE UPDATE OF status ON node_tasks
+    FOR EACH ROW WHEN (NEW.status = 'leased' AND (NEW.schema_version > 1 OR NEW.type NOT IN ('slice.topology_discover',
+        'slice.storage_transition', 'slice.vm_provision', 'slice.vm_release', 'slice.reconcile', 'terminal.open',
+        'host.prereq_check', 'slot.wipe_verify')))
+    EXECUTE FUNCTION node_tasks_lease_decodable();
+
 ---- create above / drop below ----
 
+DROP TRIGGER IF EXISTS node_tasks_lease_decodable ON node_tasks;
+DROP FUNCTION IF EXISTS node_tasks_lease_decodable();
 DROP FUNCTION IF EXISTS gpuaas_host_decodes(jsonb, text, integer);
 ALTER TABLE node_tasks DROP COLUMN IF EXISTS schema_version;
