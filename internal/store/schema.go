@@ -7,6 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// TaskSchemasParam is the session parameter this store sets on every connection: it signs
+// tasks with their schema version, so the database lets it lease tasks of a schema above 1
+// (migration 026). A controller of the release before versioning does not set it.
+const TaskSchemasParam = "gpuaas.task_schemas"
+
 // SchemaVersion is the migration version of the database at connString: 0 when it holds no
 // gpuaas schema (Migrate's version table is absent).
 func SchemaVersion(ctx context.Context, connString string) (int32, error) {

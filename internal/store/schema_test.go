@@ -137,4 +137,29 @@ func TestPreviousReleaseLeaseCannotHandOutWhatTheHostDoesNotDecode(t *testing.T)
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM node_tasks WHERE id IN ($1, $2) AND status = 'queued' AND attempt = 0`, v2, future).Scan(&queued); err != nil || queued != 2 {
 		t.Fatalf("%d of the undecodable tasks still queued untouched (%v), want 2", queued, err)
 	}
+	// Once the host decodes both, the previous release still takes only the new type's
+	// version 1 task: it would sign the version 2 one as version 1. This release takes it.
+	hb, _ := json.Marshal(map[string]any{"agent_version": "new", "facts": map[string]any{
+		"task_schemas": map[string][]int{"slice.vm_provision": {1, 2}, "slot.future_task": {1}}}})
+	if err := st.RecordHeartbeats(ctx, []store.HeartbeatRecord{{NodeID: node, At: time.Now(), Facts: hb}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = conn.Query(ctx, previousLease, node, 60.0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id string
+		_ = rows.Scan(&id)
+		got = append(got, id)
+	}
+	rows.Close()
+	if len(got) != 1 || got[0] != future {
+		t.Fatalf("the previous release's lease took %v once the host decodes everything; want only %s", got, future)
+	}
+	trs, err := st.LeaseTasks(ctx, node, time.Minute, 10)
+	if err != nil || len(trs) != 1 || trs[0].ID != v2 {
+		t.Fatalf("this release's lease took %+v (%v); want the version 2 task", trs, err)
+	}
 }

@@ -24,8 +24,14 @@ $$;
 -- the task stays queued and the statement leases the others. Only tasks that some host
 -- might not decode (a schema above 1, or a type a 0.1.0 host did not know) run the check;
 -- every other lease pays for the WHEN test alone.
+-- A controller that knows schema versions says so on its connections (the session parameter
+-- gpuaas.task_schemas = on, set at connect); one that does not would sign a later schema as
+-- version 1, which hosts refuse, so it leases version 1 tasks only.
 CREATE FUNCTION node_tasks_lease_decodable() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NEW.schema_version > 1 AND current_setting('gpuaas.task_schemas', true) IS DISTINCT FROM 'on' THEN
+        RETURN NULL;
+    END IF;
     IF NOT gpuaas_host_decodes((SELECT agent_facts FROM nodes WHERE id = NEW.node_id), NEW.type, NEW.schema_version) THEN
         RETURN NULL;
     END IF;
