@@ -258,6 +258,10 @@ func Restore(ctx context.Context, cfg Config, from string, log *slog.Logger) (ba
 	if err != nil {
 		return m, err
 	}
+	if known := store.KnownSchemaVersion(); m.SchemaVersion > known {
+		return m, fmt.Errorf("%s holds a database at schema version %d, written by %s; this controller knows schema versions up to %d: restore it with that release or a later one",
+			from, m.SchemaVersion, m.Version, known)
+	}
 	url, stop, err := database(ctx, cfg, log)
 	if err != nil {
 		return m, err

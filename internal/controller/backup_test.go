@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -117,6 +121,9 @@ func TestBackupRestoreRoundTripAndRefusals(t *testing.T) {
 	if v, err := store.SchemaVersion(ctx, empty); err != nil || v != 0 {
 		t.Fatalf("a refused restore touched the database: version %d (%v)", v, err)
 	}
+	// An archive from a newer release (a schema this build does not know) is refused.
+	newer := rewriteManifest(t, archive, filepath.Join(dir, "newer.tar"), func(m *backupManifest) { m.SchemaVersion = store.KnownSchemaVersion() + 1 })
+	refused("an archive from a newer release", Config{StateDir: filepath.Join(dir, "s5"), DatabaseURL: empty}, newer, "this controller knows schema versions up to")
 	junk := filepath.Join(dir, "junk")
 	if err := os.WriteFile(junk, []byte("not a tar file at all, but long enough to be read as one............"), 0o600); err != nil {
 		t.Fatal(err)
@@ -170,4 +177,52 @@ func TestBackupRestoreEmbeddedDatabase(t *testing.T) {
 	if v, err := store.SchemaVersion(ctx, url); err != nil || v != m.SchemaVersion || v == 0 {
 		t.Fatalf("restored embedded schema version %d (%v), want %d", v, err, m.SchemaVersion)
 	}
+}
+
+// rewriteManifest copies archive to out with its manifest changed by edit.
+func rewriteManifest(t *testing.T, archive, out string, edit func(*backupManifest)) string {
+	t.Helper()
+	in, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, tw := tar.NewReader(in), tar.NewWriter(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == manifestName {
+			var m backupManifest
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			edit(&m)
+			b, _ = json.Marshal(m)
+			h.Size = int64(len(b))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

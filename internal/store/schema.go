@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -50,4 +52,19 @@ func (s *Store) QueuedTaskKinds(ctx context.Context, nodeID string) (map[[2]stri
 		out[[2]string{t, v}] = n
 	}
 	return out, translate(rows.Err())
+}
+
+// KnownSchemaVersion is the schema version this build's migrations lead to.
+func KnownSchemaVersion() int32 {
+	entries, err := fs.ReadDir(migrationsFS, "migrations")
+	if err != nil {
+		return 0
+	}
+	n := int32(0)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			n++
+		}
+	}
+	return n
 }
