@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/imagecache"
 	"github.com/gpuaas/gpuaas/internal/prereq"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // Facts is the host summary sent with heartbeats.
@@ -25,6 +26,12 @@ type Facts struct {
 	SpooledResult int    `json:"spooled_results"`
 	// ImageCache is what the slice image cache holds (VM runtimes only).
 	ImageCache *ImageCacheFacts `json:"image_cache,omitempty"`
+	// Version and TaskSchemas say what this hostd is and which task schema versions it
+	// decodes: the controller sends it nothing else (internal/task/schema.go). In the facts
+	// object, which every controller stores as it is, so an older controller is not upset
+	// by them.
+	Version     string              `json:"version"`
+	TaskSchemas map[task.Type][]int `json:"task_schemas"`
 }
 
 // ImageCacheFacts is the slice image cache as a heartbeat reports it: every image held
@@ -49,7 +56,7 @@ func imageCacheFacts(c *imagecache.Cache) *ImageCacheFacts {
 }
 
 func (a *Agent) facts() Facts {
-	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot}
+	f := Facts{CPUs: runtime.NumCPU(), HostRoot: a.cfg.HostRoot, Version: a.version, TaskSchemas: task.Schemas()}
 	if b, err := a.host.ReadFile("/proc/sys/kernel/hostname"); err == nil {
 		f.Hostname = strings.TrimSpace(string(b))
 	}

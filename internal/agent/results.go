@@ -87,7 +87,7 @@ func (a *Agent) sendPending(ctx context.Context) {
 		}
 		switch {
 		case resp.StatusCode < 300:
-			_ = a.spool.Remove(r.TaskID)
+			_ = a.spool.Acknowledged(r.TaskID)
 		case resp.StatusCode >= 500:
 			return
 		default:

@@ -8,20 +8,79 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // Spool keeps task results on disk until the controller acknowledges them, so a controller
 // outage loses nothing. One 0600 file per task, written atomically.
-type Spool struct{ dir string }
+//
+// An acknowledged result moves to reported/ and is kept for ReportedKeep: a controller
+// restored from a backup taken before the acknowledgement still has the task as leased and
+// hands it out again; the host, which never runs a task twice, then reports the kept result
+// again instead of leaving the task to expire (Requeue).
+type Spool struct {
+	dir string
+
+	mu        sync.Mutex
+	lastPrune time.Time
+}
+
+// ReportedKeep is how long acknowledged results are kept for a restored controller: longer
+// than any task's deadline and a restore's duration.
+const ReportedKeep = 24 * time.Hour
 
 // NewSpool creates the spool directory.
 func NewSpool(dir string) (*Spool, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "reported"), 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	return &Spool{dir: dir}, nil
+	s := &Spool{dir: dir}
+	s.prune()
+	return s, nil
+}
+
+func (s *Spool) reportedPath(taskID string) string {
+	return filepath.Join(s.dir, "reported", taskID+".json")
+}
+
+// Acknowledged moves a result the controller accepted to reported/ (see Spool).
+func (s *Spool) Acknowledged(taskID string) error {
+	err := os.Rename(s.path(taskID), s.reportedPath(taskID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	s.mu.Lock()
+	due := time.Since(s.lastPrune) > time.Hour
+	s.mu.Unlock()
+	if due {
+		s.prune()
+	}
+	return err
+}
+
+// Requeue puts a reported result back in the spool for delivery, reporting whether there was
+// one: the controller asked again for a task this host completed and reported.
+func (s *Spool) Requeue(taskID string) bool {
+	return os.Rename(s.reportedPath(taskID), s.path(taskID)) == nil
+}
+
+// prune drops reported results older than ReportedKeep.
+func (s *Spool) prune() {
+	s.mu.Lock()
+	s.lastPrune = time.Now()
+	s.mu.Unlock()
+	entries, err := os.ReadDir(filepath.Join(s.dir, "reported"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > ReportedKeep {
+			_ = os.Remove(filepath.Join(s.dir, "reported", e.Name()))
+		}
+	}
 }
 
 func (s *Spool) path(taskID string) string { return filepath.Join(s.dir, taskID+".json") }

@@ -108,7 +108,13 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		a.m.refusals.WithLabelValues(refused.Reason).Inc()
 		res.Status, res.Error = "refused", refused.Reason+": "+refused.Detail
 		if refused.Reason == task.RefuseReplay {
-			return // already completed here; its result was delivered before
+			// Already completed here and its result delivered: a controller asking again lost
+			// that result (restored from an earlier backup), so it is reported again.
+			if a.spool.Requeue(env.TaskID) {
+				log.Info("task already completed here; its result is reported again")
+				a.kickSender()
+			}
+			return
 		}
 		if refused.Reason == task.RefuseWrongNode || refused.Reason == task.RefuseBadSignature || refused.Reason == task.RefuseUnsigned {
 			// Not ours or not authentic: report it, but never mark its id completed.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 func validateSSHKeys(keys []string) error {
@@ -55,6 +56,9 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	if out.HealthEvents, err = s.st.AllocationHealthEvents(ctx, id); err != nil {
 		return apiv1.Allocation{}, err
 	}
+	if err := s.explainWaiting(ctx, rec.NodeID, out.Tasks); err != nil {
+		return apiv1.Allocation{}, err
+	}
 	if rec.Status == AllocReleased || rec.Status == AllocFailed {
 		proofs, err := s.st.AllocationWipeProofs(ctx, id)
 		if err != nil {
@@ -65,12 +69,32 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 	return out, nil
 }
 
+// explainWaiting says, on each queued task its node's hostd does not decode, which release
+// it needs (the host's facts are read only when a task is queued).
+func (s *Service) explainWaiting(ctx context.Context, nodeID string, tasks []apiv1.AllocationTask) error {
+	var facts json.RawMessage
+	for i := range tasks {
+		if tasks[i].Status != "queued" {
+			continue
+		}
+		if facts == nil {
+			n, err := s.st.GetNode(ctx, nodeID)
+			if err != nil {
+				return err
+			}
+			facts = append(json.RawMessage{}, n.AgentFacts...)
+		}
+		tasks[i].Waiting = task.WaitReason(facts, tasks[i].Type, tasks[i].SchemaVersion)
+	}
+	return nil
+}
+
 // withTasks adds an allocation's host tasks (read newest first) to its view, oldest first.
 func withTasks(out apiv1.Allocation, tasks []store.TaskRecord) apiv1.Allocation {
 	for i := len(tasks) - 1; i >= 0; i-- {
 		tr := tasks[i]
 		out.Tasks = append(out.Tasks, apiv1.AllocationTask{ID: tr.ID, Type: tr.Type, Status: tr.Status, Attempt: tr.Attempt,
-			Error: tr.Error, CreatedAt: tr.CreatedAt, Phases: tr.Phases})
+			Error: tr.Error, CreatedAt: tr.CreatedAt, Phases: tr.Phases, SchemaVersion: tr.SchemaVersion})
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -104,7 +105,19 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request, _ Principal) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.present(n))
+	out := s.present(n)
+	kinds, err := s.store.QueuedTaskKinds(r.Context(), n.ID)
+	if err != nil {
+		return err
+	}
+	for k, count := range kinds {
+		v, _ := strconv.Atoi(k[1])
+		if why := task.WaitReason(n.AgentFacts, k[0], v); why != "" {
+			out.Waiting = append(out.Waiting, fmt.Sprintf("%d %s schema %d task(s) queued: %s", count, k[0], v, why))
+		}
+	}
+	sort.Strings(out.Waiting)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

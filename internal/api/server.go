@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -56,6 +57,12 @@ type Options struct {
 	// ImageKeys are the trusted image publisher keys: an image's signature must verify
 	// against one of them to be recorded.
 	ImageKeys []imagesig.Key
+	// HeartbeatMaxAge is the heartbeat age past which /metrics counts an active node as
+	// missing (gpuaas_nodes_heartbeat_stale); 0 means 2 minutes.
+	HeartbeatMaxAge time.Duration
+	// ServerCert is this replica's server certificate, whose expiry /metrics reports beside
+	// the CA's; nil reports the CA's alone.
+	ServerCert *x509.Certificate
 }
 
 // Server serves the API.
@@ -129,6 +136,17 @@ func New(opts Options) *Server {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_placement_fleet_scans_total",
 				Help: "Slice reservations that ranked every candidate of the fleet (no best-fit window settled them)."},
 				func() float64 { return float64(s.alloc.Stats().FleetScans) }))
+	}
+	if s.store != nil {
+		stale := opts.HeartbeatMaxAge
+		if stale <= 0 {
+			stale = 2 * time.Minute
+		}
+		certs := map[string]*x509.Certificate{"server": opts.ServerCert}
+		if s.ca != nil {
+			certs["ca"] = s.ca.Cert
+		}
+		s.reg.MustRegister(&fleetCollector{store: s.store, staleAfter: stale, certs: certs, cacheFor: 10 * time.Second})
 	}
 	s.routes()
 	return s

@@ -119,6 +119,10 @@ type Node struct {
 	// Simulated: the node's hostd reported the sim runtime (no VMs, no disk writes) at
 	// enrollment or since; it stays set until the node is enrolled again with a new token.
 	Simulated bool `json:"simulated"`
+	// Waiting lists the node's queued tasks its hostd does not decode, with the release they
+	// need ("2 slice.vm_provision schema 2 task(s): host needs gpuaas-hostd >= X (it runs Y)");
+	// show only.
+	Waiting []string `json:"waiting,omitempty"`
 	// BootstrapToken is set only in the response that created the node: a one-time,
 	// expiring token for `gpuaas-hostd enroll`.
 	BootstrapToken          string    `json:"bootstrap_token,omitempty"`
@@ -624,6 +628,11 @@ type Task struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
 	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
+	// SchemaVersion is the payload's schema version for its type (1 for every type so far).
+	SchemaVersion int `json:"schema_version"`
+	// Waiting says why a queued task is not handed to its host: the host's gpuaas-hostd does
+	// not decode its type or schema version ("host needs gpuaas-hostd >= X").
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // AllocationTask is a host task of an allocation as its tenant sees it.
@@ -635,6 +644,10 @@ type AllocationTask struct {
 	Phases    []TaskPhase `json:"phases"`
 	Error     string      `json:"error,omitempty"`
 	CreatedAt time.Time   `json:"created_at"`
+	// SchemaVersion is the payload's schema version; Waiting says why a queued task is not
+	// handed to its host yet ("host needs gpuaas-hostd >= X"); it names no host.
+	SchemaVersion int    `json:"schema_version,omitempty"`
+	Waiting       string `json:"waiting,omitempty"`
 }
 
 // Discovery is the latest slice-topology discovery of a node: the task and, once it

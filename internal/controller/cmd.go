@@ -22,7 +22,8 @@ func NewRootCmd(version string, stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(version, stderr), newInitCmd(stdout), newMigrateCmd(stdout, stderr), newVersionCmd(version, stdout), newUnitCmd(stdout))
+	root.AddCommand(newServeCmd(version, stderr), newInitCmd(stdout), newMigrateCmd(stdout, stderr), newVersionCmd(version, stdout), newUnitCmd(stdout),
+		newBackupCmd(version, stdout, stderr), newRestoreCmd(stdout, stderr))
 	return root
 }
 

@@ -212,7 +212,8 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	}
 	apiSrv := api.New(api.Options{Store: st, Alloc: svc, Logger: log, Version: version, Dispatch: disp, CA: ca, SigningPub: signPub,
 		Terminal:     api.TerminalConfig{Idle: cfg.TerminalIdle, MaxPerTenant: cfg.TerminalMaxPerTenant, RecordDir: cfg.TerminalRecordDir},
-		AdvertiseURL: advertise, ReplicaTLS: replicaTLS, WebhookAllowPrivate: cfg.WebhookAllowPrivate, ImageKeys: imageKeys})
+		AdvertiseURL: advertise, ReplicaTLS: replicaTLS, WebhookAllowPrivate: cfg.WebhookAllowPrivate, ImageKeys: imageKeys,
+		HeartbeatMaxAge: cfg.HeartbeatMaxAge, ServerCert: serverLeaf(cfg.StateDir)})
 	if err := apiSrv.EndStaleSessions(ctx); err != nil {
 		return fmt.Errorf("terminal sessions of this replica's previous run: %w", err)
 	}
@@ -276,6 +277,16 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	apiSrv.EndAllSessions("controller replica shutting down")
 	_ = os.Remove(addrFile)
 	return nil
+}
+
+// serverLeaf is the server certificate in the state directory (nil when unreadable: its
+// expiry is then simply not reported).
+func serverLeaf(dir string) *x509.Certificate {
+	pair, err := tls.LoadX509KeyPair(pki.Paths{Dir: dir}.ServerCert(), pki.Paths{Dir: dir}.ServerKey())
+	if err != nil {
+		return nil
+	}
+	return pair.Leaf
 }
 
 // replicaIdentity is this replica's advertised URL and its client configuration for reaching

@@ -579,6 +579,9 @@ func (d *Dispatcher) sign(ctx context.Context, tr store.TaskRecord, marks map[st
 	}
 	e := &task.Envelope{TaskID: tr.ID, NodeID: tr.NodeID, Type: task.Type(tr.Type), Payload: tr.Payload,
 		IssuedAt: d.now().UTC(), NotAfter: tr.NotAfter.UTC(), Attempt: tr.Attempt}
+	if tr.SchemaVersion > 1 { // version 1 stays off the wire, as hosts that predate versioning expect
+		e.SchemaVersion = tr.SchemaVersion
+	}
 	if err := e.Sign(d.key); err != nil {
 		return nil, err
 	}

@@ -185,6 +185,16 @@ func (s *Server) ConnString(database string) string {
 	}, " ")
 }
 
+// ConnStringAt is ConnString for the cluster Start(Options{Dir: dir}) runs, without owning
+// it: a maintenance command (backup) reaching the cluster a running controller owns.
+func ConnStringAt(dir, database string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	return (&Server{sockDir: filepath.Join(abs, "run")}).ConnString(database)
+}
+
 // kv quotes a keyword/value pair as libpq (and pgx) parse it.
 func kv(key, value string) string {
 	if value != "" && !strings.ContainsAny(value, " \t\n\r'\\") {

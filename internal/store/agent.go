@@ -73,12 +73,12 @@ func (s *Store) CredentialNode(ctx context.Context, serial string) (string, erro
 type TaskRecord = apiv1.Task
 
 const taskColumns = `id::text, node_id::text, coalesce(allocation_id::text, ''), type, payload, status, attempt, max_attempts,
-	not_after, lease_expires_at, output, phases, error, created_at, updated_at, completed_at`
+	not_after, lease_expires_at, output, phases, error, created_at, updated_at, completed_at, schema_version`
 
 func scanTask(r pgx.Row, t *TaskRecord) error {
 	var phases []byte
 	if err := r.Scan(&t.ID, &t.NodeID, &t.AllocationID, &t.Type, rawJSON(&t.Payload), &t.Status, &t.Attempt, &t.MaxAttempts,
-		&t.NotAfter, &t.LeaseExpiresAt, rawJSON(&t.Output), &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt); err != nil {
+		&t.NotAfter, &t.LeaseExpiresAt, rawJSON(&t.Output), &phases, &t.Error, &t.CreatedAt, &t.UpdatedAt, &t.CompletedAt, &t.SchemaVersion); err != nil {
 		return err
 	}
 	var err error
@@ -139,13 +139,16 @@ func (s *Store) LeaseTask(ctx context.Context, nodeID string, lease time.Duratio
 }
 
 // LeaseTasks leases up to max of the node's oldest runnable tasks in one statement, oldest
-// first (none: an empty slice).
+// first (none: an empty slice). Only tasks whose type and schema version the node's hostd
+// decodes, as its last heartbeat reported (gpuaas_host_decodes, migration 025), are leased;
+// the others stay queued until the host is upgraded (or expire at their deadline).
 func (s *Store) LeaseTasks(ctx context.Context, nodeID string, lease time.Duration, max int) ([]TaskRecord, error) {
 	trs, err := queryAll(ctx, s.pool, scanTask, `UPDATE node_tasks SET status = 'leased', attempt = attempt + 1,
 			lease_expires_at = now() + make_interval(secs => $2::float8), updated_at = now()
 		WHERE id IN (SELECT id FROM node_tasks
 		             WHERE node_id = $1 AND not_after > now() AND attempt < max_attempts
 		               AND (status = 'queued' OR (status = 'leased' AND lease_expires_at < now()))
+		               AND gpuaas_host_decodes((SELECT agent_facts FROM nodes WHERE id = $1), type, schema_version)
 		             ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 		RETURNING `+taskColumns, nodeID, lease.Seconds(), max)
 	if err != nil {

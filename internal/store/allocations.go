@@ -67,7 +67,7 @@ func (s *Store) GetAllocationWithTasks(ctx context.Context, id, tenantID string)
 // allocTasksSQL reads an allocation's host tasks, newest first ($1: the allocation id), as
 // the allocation's view shows them: not their payloads (a provisioning plan is 2 KiB of JSON,
 // stored compressed) or outputs, which only hosts and the dispatcher read.
-const allocTasksSQL = `SELECT id::text, type, status, attempt, phases, error, created_at
+const allocTasksSQL = `SELECT id::text, type, status, attempt, phases, error, created_at, schema_version
 	FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`
 
 // readTasks reads the result of allocTasksSQL queued in a batch: the tasks' ids, types,
@@ -82,7 +82,7 @@ func readTasks(br pgx.BatchResults) ([]TaskRecord, error) {
 	for rows.Next() {
 		var tr TaskRecord
 		var phases []byte
-		if err := rows.Scan(&tr.ID, &tr.Type, &tr.Status, &tr.Attempt, &phases, &tr.Error, &tr.CreatedAt); err != nil {
+		if err := rows.Scan(&tr.ID, &tr.Type, &tr.Status, &tr.Attempt, &phases, &tr.Error, &tr.CreatedAt, &tr.SchemaVersion); err != nil {
 			return nil, translate(err)
 		}
 		if tr.Phases, err = decodePhases(tr.ID, phases); err != nil {

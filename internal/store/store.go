@@ -82,6 +82,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if opts.AllowSimulated {
 		cfg.ConnConfig.RuntimeParams[AllowSimulatedParam] = "on" // sent at connect: no round trip per transaction
 	}
+	cfg.ConnConfig.RuntimeParams[TaskSchemasParam] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", err)

@@ -12,14 +12,17 @@ import (
 
 // Envelope carries one signed task.
 type Envelope struct {
-	TaskID    string          `json:"task_id"`
-	NodeID    string          `json:"node_id"`
-	Type      Type            `json:"type"`
-	Payload   json.RawMessage `json:"payload"`
-	IssuedAt  time.Time       `json:"issued_at"`
-	NotAfter  time.Time       `json:"not_after"`
-	Attempt   int             `json:"attempt"`
-	Signature []byte          `json:"signature"`
+	TaskID   string          `json:"task_id"`
+	NodeID   string          `json:"node_id"`
+	Type     Type            `json:"type"`
+	Payload  json.RawMessage `json:"payload"`
+	IssuedAt time.Time       `json:"issued_at"`
+	NotAfter time.Time       `json:"not_after"`
+	Attempt  int             `json:"attempt"`
+	// SchemaVersion is the payload's schema version for its type (schema.go); 0 and 1 both
+	// mean version 1, which is left out of the JSON and of the signed bytes.
+	SchemaVersion int    `json:"schema_version,omitempty"`
+	Signature     []byte `json:"signature"`
 }
 
 // signed is the exact field set covered by the signature, in a fixed order.
@@ -31,6 +34,9 @@ type signed struct {
 	IssuedAt string          `json:"issued_at"`
 	NotAfter string          `json:"not_after"`
 	Attempt  int             `json:"attempt"`
+	// SchemaVersion is signed when above 1: version 1 tasks sign the same bytes as before
+	// versioning, which hosts that predate it verify.
+	SchemaVersion int `json:"schema_version,omitempty"`
 }
 
 // CanonicalBytes is what gets signed: the envelope fields (not the signature) as JSON with a
@@ -50,7 +56,15 @@ func (e *Envelope) CanonicalBytes() ([]byte, error) {
 		return nil, fmt.Errorf("task payload is not JSON: %w", err)
 	}
 	return json.Marshal(signed{TaskID: e.TaskID, NodeID: e.NodeID, Type: e.Type, Payload: payload,
-		IssuedAt: e.IssuedAt.UTC().Format(time.RFC3339Nano), NotAfter: e.NotAfter.UTC().Format(time.RFC3339Nano), Attempt: e.Attempt})
+		IssuedAt: e.IssuedAt.UTC().Format(time.RFC3339Nano), NotAfter: e.NotAfter.UTC().Format(time.RFC3339Nano), Attempt: e.Attempt,
+		SchemaVersion: signedSchema(e.SchemaVersion)})
+}
+
+func signedSchema(v int) int {
+	if v <= 1 {
+		return 0
+	}
+	return v
 }
 
 // Sign sets the envelope's signature.
@@ -88,6 +102,9 @@ const (
 	RefuseReplay       = "replay"
 	RefuseReplayWindow = "replay_window"
 	RefuseMalformed    = "malformed"
+	// RefuseUnsupportedSchema is a known type at a schema version this build does not decode
+	// (the controller should not have sent it: hosts report what they decode).
+	RefuseUnsupportedSchema = "unsupported_schema"
 )
 
 // RefusedError says why a task was not run.
@@ -153,7 +170,13 @@ func (v *Verifier) Verify(e *Envelope) (any, error) {
 	if !Known(e.Type) {
 		return nil, refuse(RefuseUnknownType, "task type %q is not supported by this host", e.Type)
 	}
-	payload, err := DecodePayload(e.Type, e.Payload)
+	if e.SchemaVersion < 0 {
+		return nil, refuse(RefuseMalformed, "schema_version must not be negative")
+	}
+	if tv := (TypeVersion{e.Type, max(e.SchemaVersion, 1)}); schemas[tv] == nil {
+		return nil, refuse(RefuseUnsupportedSchema, "%s is not supported by this host", tv)
+	}
+	payload, err := DecodePayloadVersion(e.Type, e.SchemaVersion, e.Payload)
 	if err != nil {
 		return nil, refuse(RefuseBadPayload, "%v", err)
 	}

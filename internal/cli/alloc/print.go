@@ -93,6 +93,9 @@ func printDetail(t *output.TableWriter, a *apiv1.Allocation) {
 		if tk.Error != "" {
 			t.Row("", "error: "+tk.Error)
 		}
+		if tk.Waiting != "" {
+			t.Row("", "waiting: "+tk.Waiting)
+		}
 		var ms int64
 		for _, ph := range tk.Phases {
 			ms += ph.DurationMS

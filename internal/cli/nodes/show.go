@@ -88,6 +88,16 @@ func printDetail(t *output.TableWriter, n *apiv1.Node) {
 		hb = output.Time(*n.LastHeartbeatAt)
 	}
 	t.Row("Agent heartbeat:", hb)
+	if v := agentVersion(n.AgentFacts); v != "" {
+		t.Row("Agent version:", v)
+	}
+	for i, w := range n.Waiting {
+		label := ""
+		if i == 0 {
+			label = "Tasks waiting:"
+		}
+		t.Row(label, w)
+	}
 
 	sc := n.Schedulable
 	t.Row("Schedulable:", fmt.Sprintf("baremetal=%s slice=%s", yesNo(sc.Baremetal), yesNo(sc.Slice)))
@@ -213,4 +223,13 @@ func printDrift(t *output.TableWriter, r *apiv1.Reconcile) {
 	for _, l := range lines {
 		t.Row("", "- "+l)
 	}
+}
+
+// agentVersion is the gpuaas-hostd version of the node's last heartbeat ("" before one).
+func agentVersion(facts json.RawMessage) string {
+	var hb struct {
+		AgentVersion string `json:"agent_version"`
+	}
+	_ = json.Unmarshal(facts, &hb)
+	return hb.AgentVersion
 }
