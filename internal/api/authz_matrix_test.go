@@ -111,8 +111,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 			body: apiv1.QuotaSet{SKU: "h200-sxm-slice", MaxGPUs: refTo(1000)}, ok: 200},
 		"DELETE /api/v1/admin/tenants/{id}/quotas": {path: "/api/v1/admin/tenants/" + w.tenAID + "/quotas?sku=h200-sxm-slice", who: accAdmin, ok: 200},
 		"GET /api/v1/sessions/{session}":           {path: "/api/v1/sessions/" + ticket.SessionID, who: accOwnA, ok: 200},
-		"GET /api/v1/events":                    {path: "/api/v1/events", who: accUser, ok: 200},
-		"GET /api/v1/maintenance":               {path: "/api/v1/maintenance", who: accUser, ok: 200},
+		"GET /api/v1/events":                       {path: "/api/v1/events", who: accUser, ok: 200},
+		"GET /api/v1/maintenance":                  {path: "/api/v1/maintenance", who: accUser, ok: 200},
 		// An admin names the tenant (without one: 400, past authorization).
 		"POST /api/v1/webhooks":                {path: "/api/v1/webhooks", who: accUser, body: apiv1.WebhookCreate{URL: "https://hooks.example.com/b"}},
 		"GET /api/v1/webhooks":                 {path: "/api/v1/webhooks", who: accUser, ok: 200},

@@ -51,8 +51,8 @@ var queryParams = map[string][]string{
 	"GET /api/v1/quotas":                       {"tenant"},
 	"GET /api/v1/reservations":                 {"active", "tenant"},
 	"DELETE /api/v1/admin/tenants/{id}/quotas": {"sku", "region"},
-	"GET /api/v1/events":                   eventQuery,
-	"GET /api/v1/webhooks/{id}/deliveries": {"status", "limit"},
+	"GET /api/v1/events":                       eventQuery,
+	"GET /api/v1/webhooks/{id}/deliveries":     {"status", "limit"},
 }
 
 // checkQueryNames refuses a query parameter the route does not read, naming the ones it does.

@@ -63,8 +63,9 @@ func TestImportBoundaries(t *testing.T) {
 			return d == "internal/store" || strings.HasPrefix(d, "internal/pgserver") || d == "internal/bench/benchenv"
 		}, "only store (queries), pgserver (cluster bootstrap) and the benchmark harness's invariant checks talk to PostgreSQL"},
 		{"os/exec", func(d string) bool {
-			return strings.HasPrefix(d, "internal/pgserver") || d == "internal/demo" || d == "internal/hostfs" || strings.HasPrefix(d, "internal/bench/")
-		}, "commands run only through their owning seam (hostfs.Runner on hosts; the demo and the benchmark harness drive the binaries)"},
+			return strings.HasPrefix(d, "internal/pgserver") || d == "internal/demo" || d == "internal/hostfs" || strings.HasPrefix(d, "internal/bench/") ||
+				d == "internal/labhost"
+		}, "commands run only through their owning seam (hostfs.Runner on hosts; the demo, the benchmark harness and the lab host harness drive the binaries and QEMU)"},
 	}
 	for dir, files := range packages(t) {
 		for _, f := range files {

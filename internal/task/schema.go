@@ -34,7 +34,13 @@ func init() {
 
 // introduced is the first gpuaas-hostd release that decodes each schema version; versions
 // not listed are as old as versioning itself (v0.1.0, the first release).
-var introduced = map[TypeVersion]string{}
+var introduced = map[TypeVersion]string{
+	{TypeSlotValidate, 1}: NextRelease, // slot validation between tenants (docs/health.md)
+}
+
+// NextRelease is the release this tree becomes: what a host needs for a schema added since
+// FirstRelease.
+const NextRelease = "0.2.0"
 
 // FirstRelease is the first tagged release; every schema version 1 dates from it.
 const FirstRelease = "0.1.0"
