@@ -29,9 +29,6 @@ func (s *Service) SetQuota(ctx context.Context, actor Actor, tenantID string, se
 		out, err = tx.SetQuota(ctx, tenantID, set, rec)
 		return err
 	})
-	if err == nil {
-		s.quotaChanged(out)
-	}
 	return out, err
 }
 
@@ -50,9 +47,6 @@ func (s *Service) DeleteQuota(ctx context.Context, actor Actor, tenantID, sku, r
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return &apiv1.Error{Code: apiv1.CodeNotFound, Message: fmt.Sprintf("no quota for %s in region %q", sku, region)}
-	}
-	if err == nil {
-		s.quotaChanged(apiv1.Quota{TenantID: tenantID, SKU: sku, Region: region})
 	}
 	return err
 }
@@ -88,10 +82,6 @@ func validateQuota(tenantID string, set apiv1.QuotaSet) error {
 	}
 	return nil
 }
-
-// quotaChanged is where a quota change is announced (the event log's hook point); nothing
-// listens yet.
-func (s *Service) quotaChanged(apiv1.Quota) {}
 
 // quotaError is the client's quota_exceeded for the database's refusal (store.ErrQuota), with
 // the quota's limit and usage; other errors pass unchanged.

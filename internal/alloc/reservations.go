@@ -111,7 +111,6 @@ func (s *Service) CreateReservation(ctx context.Context, actor Actor, req apiv1.
 	if err != nil {
 		return apiv1.Reservation{}, err
 	}
-	s.reservationChanged(rec)
 	return presentReservation(actor, rec), nil
 }
 
@@ -162,7 +161,6 @@ func (s *Service) CancelReservation(ctx context.Context, actor Actor, id string)
 	case err != nil:
 		return apiv1.Reservation{}, err
 	}
-	s.reservationChanged(rec)
 	return presentReservation(actor, rec), nil
 }
 
@@ -170,17 +168,8 @@ func (s *Service) CancelReservation(ctx context.Context, actor Actor, id string)
 // loop; every replica may run it at once) and returns how many it ended.
 func (s *Service) ExpireReservations(ctx context.Context) (int, error) {
 	ids, err := s.st.ExpireReservations(ctx)
-	for _, id := range ids {
-		if rec, err := s.st.GetReservation(ctx, id, ""); err == nil {
-			s.reservationChanged(rec)
-		}
-	}
 	return len(ids), err
 }
-
-// reservationChanged is where a reservation's creation or end is announced (the event log's
-// hook point); nothing listens yet.
-func (s *Service) reservationChanged(store.ReservationRecord) {}
 
 // presentReservation is a reservation as actor may see it: a tenant gets an opaque host id
 // (as for its allocations), an admin the node's name.

@@ -62,7 +62,7 @@ var labhosts = map[*testscript.TestScript]*labhost.Machine{}
 //	labhost start NAME CMD...     start a background command; its output goes to /gpuaas/out/NAME.log
 //	labhost stop NAME             stop a background command (SIGTERM, then wait)
 //	labhost log NAME              print /gpuaas/out/NAME.log
-//	labhost snapshot FILE         pack what discovery reads from the host's kernel into FILE (.tar.gz)
+//	labhost snapshot              pack what discovery reads from the host's kernel into $GPUAAS_LABHOST_SNAPSHOT
 func labHost(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
 		ts.Fatalf("usage: labhost boot|put|exec|start|stop|log ...")
@@ -113,15 +113,15 @@ func labHost(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("labhost stop %s: %v: %s", args[1], err, out)
 		}
 	case "snapshot":
-		// The kernel's view for discovery tests; GPUAAS_LABHOST_SNAPSHOT names a second copy
-		// (how internal/topology/testdata/labhost-sysfs.tar.gz is refreshed).
-		if len(args) != 2 {
-			ts.Fatalf("usage: labhost snapshot FILE")
+		// The kernel's view for discovery tests, saved only when GPUAAS_LABHOST_SNAPSHOT names a
+		// file (how internal/topology/testdata/labhost-sysfs.tar.gz is refreshed): packing it
+		// takes minutes under emulation.
+		dst := os.Getenv("GPUAAS_LABHOST_SNAPSHOT")
+		if dst == "" {
+			ts.Logf("labhost snapshot: skipped (GPUAAS_LABHOST_SNAPSHOT names no file)")
+			return
 		}
-		ts.Check(m.Snapshot(ctx, ts.MkAbs(args[1])))
-		if dst := os.Getenv("GPUAAS_LABHOST_SNAPSHOT"); dst != "" {
-			ts.Check(m.Snapshot(ctx, dst))
-		}
+		ts.Check(m.Snapshot(ctx, dst))
 	case "log":
 		b, err := os.ReadFile(filepath.Join(m.Share, "out", args[1]+".log"))
 		ts.Check(err)
