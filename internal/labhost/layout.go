@@ -35,10 +35,11 @@ type Layout struct {
 }
 
 // DefaultLayout is the lab host `make lab-host` boots: 2 NUMA nodes x (2 GPU stand-ins,
-// 2 NVMe slot disks, 1 fabric stand-in with 2 VFs), 2 vCPUs and 3 GiB per node (1 GiB of it in a 1 GiB hugepage), plus a GPU
+// 2 NVMe slot disks, 1 fabric stand-in with 2 VFs, 3 vCPUs: the first is the node's
+// housekeeping core, one for each slot; 3 GiB, 1 GiB of it in a 1 GiB hugepage), plus a GPU
 // stand-in in a shared IOMMU group.
 func DefaultLayout() Layout {
-	return Layout{NUMANodes: 2, CPUsPerNode: 2, MemPerNodeMiB: 3072, GPUsPerNode: 2, DisksPerNode: 2, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
+	return Layout{NUMANodes: 2, CPUsPerNode: 3, MemPerNodeMiB: 3072, GPUsPerNode: 2, DisksPerNode: 2, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
 }
 
 // Validate refuses layouts QEMU or the slot model cannot express.

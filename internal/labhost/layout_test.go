@@ -21,7 +21,7 @@ func TestLayoutArgs(t *testing.T) {
 		"q35,accel=tcg,kernel-irqchip=split",
 		"pxb-pcie,id=pxb0,bus_nr=32,numa_node=0,bus=pcie.0",
 		"pxb-pcie,id=pxb1,bus_nr=64,numa_node=1,bus=pcie.0",
-		"node,nodeid=0,cpus=0-1,memdev=mem0", "node,nodeid=1,cpus=2-3,memdev=mem1",
+		"node,nodeid=0,cpus=0-2,memdev=mem0", "node,nodeid=1,cpus=3-5,memdev=mem1",
 		"intel_iommu=on iommu=pt", "hugepagesz=1G hugepages=2",
 		"hostfwd=tcp:127.0.0.1:2222-:22", "mount_tag=gpuaas",
 		"nvme,serial=GPUAASLAB00,drive=disk00", "nvme,serial=GPUAASLAB11,drive=disk11",
