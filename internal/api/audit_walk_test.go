@@ -91,12 +91,11 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 		t.Fatalf("no cleanup_blocked slot after a release without proof: %+v", slots.Items)
 	}
 	// Slot 4 of node Z degraded (a clear of a degraded slot needs no validation); slot 5 is
-	// quarantined and slot 3 validated by the walk.
-	var slot4, slot5, slot3 string
+	// quarantined and a free slot (chosen after the setup below has taken its slots) is
+	// validated by the walk.
+	var slot4, slot5 string
 	for _, s := range slots.Items {
 		switch s.SlotIndex {
-		case 3:
-			slot3 = s.ID
 		case 4:
 			slot4 = s.ID
 		case 5:
@@ -132,6 +131,21 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 	if err := w.st.InTx(ctx, func(tx *store.Tx) error { _, err := tx.ActivateImage(ctx, "walk-b"); return err }); err != nil {
 		t.Fatal(err)
 	}
+	var slot3 string
+	slot3Index := -1
+	zSlots, err := w.st.ListSlots(ctx, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range zSlots {
+		if s.Status == "available" && s.SlotIndex != 4 && s.SlotIndex != 5 && s.SlotIndex != 7 && s.ID != blocked.ID {
+			slot3, slot3Index = s.ID, s.SlotIndex
+			break
+		}
+	}
+	if slot3 == "" {
+		t.Fatal("no free slot on node Z to validate")
+	}
 	changed := fixtures.H200SlotMap(1)
 	changed[6].GPUModel = "NVIDIA H200 NVL"
 
@@ -165,7 +179,7 @@ func TestEveryPrivilegedMutationIsAudited(t *testing.T) {
 			body: apiv1.SlotHealthChange{Reason: "walk"}, status: 200, action: "slot.health.quarantine", target: fixedID(slot5)},
 		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/clear", path: "/api/v1/admin/nodes/" + z + "/slots/4/clear",
 			body: apiv1.SlotHealthChange{Reason: "walk"}, status: 200, action: "slot.health.clear", target: fixedID(slot4)},
-		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/validate", path: "/api/v1/admin/nodes/" + z + "/slots/3/validate",
+		{route: "POST /api/v1/admin/nodes/{id}/slots/{index}/validate", path: fmt.Sprintf("/api/v1/admin/nodes/%s/slots/%d/validate", z, slot3Index),
 			status: 202, action: "slot.validate_requested", target: fixedID(slot3)},
 		{route: "POST /api/v1/admin/skus", path: "/api/v1/admin/skus", body: apiv1.SKU{SKU: "b200-bm", Vendor: "NVIDIA", DisplayName: "B200 node", CapacityShape: "baremetal",
 			GPUsTotal: 8, AllowedGPUCounts: []int{8}}, status: 201, action: "sku.create", target: fixedID("b200-bm")},
