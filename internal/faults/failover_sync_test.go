@@ -24,7 +24,7 @@ var failoverFlags = []string{"--task-lease", "30s"}
 func TestFailoverSynchronousStandby(t *testing.T) {
 	c, pair := newFailoverCluster(t, true, failoverFlags...)
 	var hosts []*host
-	for i := 0; i < 4; i++ { // 32 GPUs for 16 clients holding one each
+	for i := 0; i < 6; i++ { // 48 GPUs: 16 clients hold one each, and as many are being wiped
 		hosts = append(hosts, c.addHost([]string{c.A.Server}, "--poll-wait", "60s"))
 	}
 	pidA, pidB := c.A.PID(), c.B.PID()
