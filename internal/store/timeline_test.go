@@ -15,8 +15,8 @@ func TestAdmitTimeline(t *testing.T) {
 		refused  bool
 	}{
 		{sys, 1, false}, {sys, 1, false}, {sys, 2, false}, // the primary, then the promoted standby
-		{sys, 1, true},                                    // the old primary back on its own
-		{other, 1, false},                                 // another cluster entirely
+		{sys, 1, true},    // the old primary back on its own
+		{other, 1, false}, // another cluster entirely
 		{sys, 3, false}, {sys, 2, true},
 		{sys, 0, false}, // a standby writes no WAL of its own: nothing to compare
 	} {
