@@ -29,8 +29,8 @@ func TestFailoverSynchronousStandby(t *testing.T) {
 	}
 	pidA, pidB := c.A.PID(), c.B.PID()
 
-	r := failoverUnderLoad(t, c, pair)
-	kinds := checkFailures(t, r.failures)
+	r := failoverUnderLoad(t, c, pair, nil)
+	kinds := checkFailures(t, r.failures, nil)
 	settleAll(t, c, hosts)
 	if c.A.PID() != pidA || c.B.PID() != pidB {
 		t.Fatal("a controller replica was restarted; both must follow the new primary by themselves")

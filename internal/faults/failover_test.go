@@ -140,11 +140,11 @@ type ack struct {
 	at          time.Time
 }
 
-// loadFailure is one failed call: what the client saw and how long it took.
+// loadFailure is one failed call: on which allocation, what the client saw, how long it took.
 type loadFailure struct {
-	op   string
-	err  error
-	took time.Duration
+	op, id string
+	err    error
+	took   time.Duration
 }
 
 // ledger is the load generator's own record of acknowledged creates and releases.
@@ -160,9 +160,9 @@ func (l *ledger) ack(a ack) {
 	l.mu.Unlock()
 }
 
-func (l *ledger) fail(op string, err error, took time.Duration) {
+func (l *ledger) fail(op, id string, err error, took time.Duration) {
 	l.mu.Lock()
-	l.failures = append(l.failures, loadFailure{op: op, err: err, took: took})
+	l.failures = append(l.failures, loadFailure{op: op, id: id, err: err, took: took})
 	l.mu.Unlock()
 }
 
@@ -196,65 +196,66 @@ func (l *ledger) window(t time.Time) (last, first time.Time) {
 // requestTimeout bounds every client call: a call that runs past it is a hang.
 const requestTimeout = 15 * time.Second
 
+// retryable is what a tenant retries: the failover's 503 unavailable, and for a create the
+// capacity refusal (every slot held or being wiped while releases queue up in the gap).
+func retryable(op string, err error) bool {
+	var ae *apiv1.Error
+	return errors.As(err, &ae) && (ae.Code == apiv1.CodeUnavailable || op == "create" && ae.Code == apiv1.CodeSKUUnavailable)
+}
+
 // loadClient creates a one-GPU allocation, waits until it is active, releases it, and again,
 // until stop; a cycle under way when stop is set is finished (its allocation released).
-// A failed create is retried with the same idempotency key, a failed release as is: a
-// tenant's retry after a retryable error.
+// A retryable failure is retried (a create with the same idempotency key), as a tenant
+// would; any other answer ends the cycle. Every failure is recorded.
 func loadClient(c *cluster, l *ledger, cl *client.Client, via string, n int, stop *atomic.Bool) {
-	call := func(op string, fn func(ctx context.Context) error) bool {
-		for try := 0; ; try++ {
-			if c.ctx.Err() != nil {
-				return false
-			}
+	call := func(op, id string, fn func(ctx context.Context) error) error {
+		for {
 			ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
 			began := time.Now()
 			err := fn(ctx)
 			cancel()
-			if err == nil {
-				return true
+			if err == nil || c.ctx.Err() != nil {
+				return err
 			}
-			l.fail(op, err, time.Since(began))
-			if try > 200 {
-				return false
+			l.fail(op, id, err, time.Since(began))
+			if !retryable(op, err) {
+				return err
 			}
 			pause(c.ctx, 200*time.Millisecond)
 		}
 	}
-	for i := 0; !stop.Load(); i++ {
+	for i := 0; !stop.Load() && c.ctx.Err() == nil; i++ {
 		key := fmt.Sprintf("%s-%d-%d", via, n, i)
 		var id string
-		if !call("create", func(ctx context.Context) error {
+		if call("create", "", func(ctx context.Context) error {
 			a, err := cl.CreateAllocation(ctx, oneGPU(), key)
 			if err == nil {
 				id = a.ID
 				l.ack(ack{id: a.ID, key: key, op: "create", via: via, at: time.Now()})
 			}
 			return err
-		}) {
-			return
+		}) != nil {
+			continue
 		}
 		deadline := time.Now().Add(2 * time.Minute)
 		for time.Now().Before(deadline) && c.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(c.ctx, requestTimeout)
-			began := time.Now()
-			a, err := cl.GetAllocation(ctx, id)
-			cancel()
-			if err != nil {
-				l.fail("get", err, time.Since(began))
-			} else if a.Status == "active" || a.Status == "failed" {
+			var a *apiv1.Allocation
+			err := call("get", id, func(ctx context.Context) (err error) {
+				a, err = cl.GetAllocation(ctx, id)
+				return err
+			})
+			if err != nil || a.Status == "active" || a.Status == "failed" {
 				break
 			}
 			pause(c.ctx, 100*time.Millisecond)
 		}
-		if !call("release", func(ctx context.Context) error {
+		_ = call("release", id, func(ctx context.Context) error {
 			_, err := cl.ReleaseAllocation(ctx, id)
 			if err == nil {
 				l.ack(ack{id: id, key: key, op: "release", via: via, at: time.Now()})
 			}
 			return err
-		}) {
-			return
-		}
+		})
 	}
 }
 
@@ -338,7 +339,9 @@ func (r failoverRun) unavailable() time.Duration { return r.firstOK.Sub(r.lastOK
 // kills the primary with SIGKILL once the load is under way, waits until both replicas
 // say /readyz 503, promotes the standby, lets the load go on until both say 200 and 20 more
 // creates succeeded, then stops the clients (each finishes its cycle) and returns the ledger.
-func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair) failoverRun {
+//
+// beforeKill (may be nil) runs once the load is under way, just before the kill.
+func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair, beforeKill func(l *ledger)) failoverRun {
 	t.Helper()
 	l := &ledger{}
 	probe := &readyProbe{answers: map[string][]probeAnswer{}}
@@ -360,9 +363,13 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair) failoverRun {
 	}
 	var r failoverRun
 	start := time.Now()
+	t.Logf("load: 16 clients (8 through each replica) on %d hosts", c.hosts)
 	waitFor(t, "the load to be under way", 2*time.Minute, func() (bool, error) {
 		return l.count("create", start) >= 24 && l.count("release", start) >= 12, nil
 	})
+	if beforeKill != nil {
+		beforeKill(l)
+	}
 	r.kill = time.Now()
 	n, err := pair.primary.Kill()
 	if err != nil {
@@ -403,7 +410,10 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair) failoverRun {
 	})
 	stop.Store(true)
 	wg.Wait()
-	r.lastOK, r.firstOK = l.window(r.kill)
+	// A success answered just after the kill was committed before it: the window runs from
+	// the last answer before the kill to the first one after the promotion.
+	r.lastOK, _ = l.window(r.kill)
+	_, r.firstOK = l.window(r.promoted)
 	for _, name := range []string{"A", "B"} {
 		for _, a := range probe.since(name, start) {
 			if a.status != http.StatusOK && a.status != http.StatusServiceUnavailable {
@@ -426,13 +436,21 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair) failoverRun {
 
 // checkFailures holds every failed call to what a tenant may see during a failover: a
 // retryable 503 "unavailable" in our words, answered within the request timeout.
-func checkFailures(t *testing.T, fs []loadFailure) map[string]int {
+//
+// lost are allocations whose acknowledged create the database lost (asynchronous
+// replication): their owner's reads and release answer not_found, which is what the
+// database now says.
+func checkFailures(t *testing.T, fs []loadFailure, lost map[string]bool) map[string]int {
 	t.Helper()
 	byKind := map[string]int{}
 	for _, f := range fs {
 		var ae *apiv1.Error
 		if !errors.As(f.err, &ae) {
 			t.Fatalf("%s failed with %v after %s; want a retryable unavailable answer", f.op, f.err, f.took.Round(time.Millisecond))
+		}
+		if ae.Code == apiv1.CodeNotFound && lost[f.id] {
+			byKind[f.op+":not_found(lost)"]++
+			continue
 		}
 		if ae.Code == apiv1.CodeSKUUnavailable && f.op == "create" {
 			// Every slot held or still being wiped (releases queue up during the gap): a

@@ -1,0 +1,139 @@
+package faults
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// With asynchronous replication a commit is acknowledged once the primary alone has it, so
+// a failover loses whatever the standby had not received. This measures that, and does not
+// assert it away: the standby's stream is cut (as a standby that has fallen behind) while
+// the load goes on for ten more acknowledged creates, then the primary is killed and the
+// standby promoted. It prints how many acknowledged creates and releases the new primary
+// lacks, what their owners were told afterwards (not_found), what the hosts did for them
+// (tasks the database no longer has; their results rejected and dropped), and that the
+// slots they held are on sale again. Everything the new primary does have must still be
+// whole: invariants, each host task run once, controllers back without a restart.
+func TestFailoverAsynchronousStandby(t *testing.T) {
+	c, pair := newFailoverCluster(t, false, failoverFlags...)
+	var hosts []*host
+	for i := 0; i < 6; i++ {
+		hosts = append(hosts, c.addHost([]string{c.A.Server}, "--poll-wait", "60s"))
+	}
+	pidA, pidB := c.A.PID(), c.B.PID()
+	standby := pool(t, c.ctx, pair.standby.ConnString("postgres"))
+	primary := pool(t, c.ctx, pair.primary.ConnString("postgres"))
+	var cutAt time.Time
+	r := failoverUnderLoad(t, c, pair, func(l *ledger) {
+		// Stop the standby's WAL receiver: from here on only the primary has the commits.
+		if _, err := standby.Exec(c.ctx, `ALTER SYSTEM SET primary_conninfo = ''`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := standby.Exec(c.ctx, `SELECT pg_reload_conf()`); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the standby to stop streaming", 30*time.Second, func() (bool, error) {
+			var n int
+			err := primary.QueryRow(c.ctx, `SELECT count(*) FROM pg_stat_replication`).Scan(&n)
+			return err == nil && n == 0, err
+		})
+		cutAt = time.Now()
+		waitFor(t, "ten creates acknowledged by the primary alone", time.Minute, func() (bool, error) {
+			return l.count("create", cutAt) >= 10, nil
+		})
+	})
+	// What is lost: acknowledged actions the new primary does not have.
+	lostIDs := map[string]bool{}
+	var lostCreates, lostReleases, ackedAfterCut int
+	var again []string // allocations whose acknowledged release the database lost
+	for _, a := range r.acks {
+		if a.at.After(cutAt) && a.at.Before(r.kill) {
+			ackedAfterCut++
+		}
+		var status string
+		err := c.A.DB.QueryRow(c.ctx, `SELECT status FROM allocations WHERE id = $1`, a.id).Scan(&status)
+		switch {
+		case err != nil && a.op == "create":
+			lostCreates++
+			lostIDs[a.id] = true
+		case a.op == "release" && !lostIDs[a.id] && status != "releasing" && status != "released":
+			lostReleases++
+			again = append(again, a.id)
+		}
+	}
+	kinds := checkFailures(t, r.failures, lostIDs)
+	// The tenant sees such an allocation active again and releases it again (its VM is
+	// already gone and its disks wiped: the host ran the lost release).
+	viaA := c.tenant(c.A.Server)
+	for _, id := range again {
+		if _, err := viaA.ReleaseAllocation(c.ctx, id); err != nil {
+			t.Fatalf("release again %s: %v", id, err)
+		}
+	}
+	// Tasks whose result the database lost are redelivered; the host refuses them as
+	// replays (it ran them once), so they run out of attempts after three leases and their
+	// allocations fail, and are released with a wipe.
+	settle := time.Now()
+	waitFor(t, "every allocation the new primary has to come to rest", 4*time.Minute, func() (bool, error) {
+		var moving []string
+		rows, err := c.A.DB.Query(c.ctx, `SELECT a.id::text || ' ' || a.status || coalesce(' ' || (SELECT string_agg(type || ' ' || status || ' attempt ' || attempt, ', ')
+			FROM node_tasks WHERE allocation_id = a.id AND status IN ('queued', 'leased')), '') FROM allocations a WHERE a.status NOT IN ('released', 'failed')`)
+		if err != nil {
+			return false, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var m string
+			if err := rows.Scan(&m); err != nil {
+				return false, err
+			}
+			moving = append(moving, m)
+		}
+		if len(moving) > 0 {
+			return false, fmt.Errorf("still moving: %v", moving)
+		}
+		return true, rows.Err()
+	})
+	settled := time.Since(settle)
+	for _, h := range hosts {
+		waitFor(t, h.name+"'s spool to drain", time.Minute, func() (bool, error) { return h.spooled() == 0, nil })
+	}
+	if c.A.PID() != pidA || c.B.PID() != pidB {
+		t.Fatal("a controller replica was restarted; both must follow the new primary by themselves")
+	}
+	c.checkInvariants()
+	// Host work the database lost: tasks a host ran that the new primary has never heard of.
+	var unknown, dropped int
+	rejected := regexp.MustCompile(`msg="result rejected; dropping"`)
+	for _, h := range hosts {
+		for id, n := range h.runs() {
+			if n != 1 {
+				t.Fatalf("%s started task %s %d times; want once", h.name, id, n)
+			}
+			var known int
+			if err := c.A.DB.QueryRow(c.ctx, `SELECT count(*) FROM node_tasks WHERE id = $1`, id).Scan(&known); err != nil {
+				t.Fatal(err)
+			}
+			if known == 0 {
+				unknown++
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(h.dir, "hostd.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped += len(rejected.FindAll(b, -1))
+	}
+	took := wakeup(t, c)
+	t.Logf("failover (asynchronous standby, its stream cut %s before the kill): %d creates and %d releases acknowledged, %d of them while only the primary had them",
+		r.kill.Sub(cutAt).Round(time.Millisecond), r.creates, r.release, ackedAfterCut)
+	t.Logf("failover (asynchronous standby): LOST %d acknowledged creates (their owners now read not_found; hosts had run %d tasks the new primary never heard of and dropped %d results it rejected; those slots are on sale again) and %d acknowledged releases (active again; released again); everything came to rest %s after the load",
+		lostCreates, unknown, dropped, lostReleases, settled.Round(time.Second))
+	t.Logf("failover (asynchronous standby): unavailable %s; /readyz 200 again %s (A) and %s (B) after the promotion; wake-up through B to a host parked on A in %s; failed calls: %s",
+		r.unavailable().Round(time.Millisecond), r.readyBackA.Sub(r.promoted).Round(time.Millisecond),
+		r.readyBackB.Sub(r.promoted).Round(time.Millisecond), took.Round(time.Millisecond), sortedKinds(kinds))
+}
