@@ -18,7 +18,7 @@ import (
 // cut, so each one they open next chooses a server again: they must stay on the promoted
 // standby (the timeline they have written to), never split the brain by writing to the old
 // primary. Creates and releases through both replicas land on the new primary only.
-func TestFailoverOldPrimaryComesBack(t *testing.T) {
+func TestDBFailoverOldPrimaryComesBack(t *testing.T) {
 	c, pair := newFailoverCluster(t, true, failoverFlags...)
 	h := c.addHost([]string{c.A.Server})
 	viaA, viaB := c.tenant(c.A.Server), c.tenant(c.B.Server)

@@ -21,7 +21,7 @@ var failoverFlags = []string{"--task-lease", "30s"}
 // words, never a 500 or database text, never past the request timeout. Hosts run every task
 // once and deliver every result; NOTIFY wake-ups work on the new primary. The unavailability
 // window and the wake-up time are printed (docs/operations.md quotes them).
-func TestFailoverSynchronousStandby(t *testing.T) {
+func TestDBFailoverSynchronousStandby(t *testing.T) {
 	c, pair := newFailoverCluster(t, true, failoverFlags...)
 	var hosts []*host
 	for i := 0; i < 6; i++ { // 48 GPUs: 16 clients hold one each, and as many are being wiped
@@ -49,8 +49,8 @@ func TestFailoverSynchronousStandby(t *testing.T) {
 			t.Fatalf("a controller answered an internal error during the failover (see %s) %v", dir, err)
 		}
 	}
-	t.Logf("failover (synchronous standby): %d creates and %d releases acknowledged, every one on the new primary; %d host tasks each run once; failed calls: %s",
-		r.creates, r.release, started, sortedKinds(kinds))
+	t.Logf("failover (synchronous standby): %d creates and %d releases acknowledged, every one on the new primary; %d host tasks each run once; calls that failed and were retried: %s; raw reads answered 503 unavailable with Retry-After: %d",
+		r.creates, r.release, started, sortedKinds(kinds), r.reads503)
 	t.Logf("failover (synchronous standby): unavailable %s (last success before the kill to first success after the promotion); promotion %s after the kill; /readyz 200 again %s (A) and %s (B) after the promotion",
 		r.unavailable().Round(time.Millisecond), r.promoted.Sub(r.kill).Round(time.Millisecond),
 		r.readyBackA.Sub(r.promoted).Round(time.Millisecond), r.readyBackB.Sub(r.promoted).Round(time.Millisecond))

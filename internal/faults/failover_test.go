@@ -2,8 +2,10 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -268,34 +270,76 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// readyProbe polls both replicas' /readyz and records every answer's status with its time.
+// readyProbe polls both replicas' /readyz, and a tenant's allocation list on each without
+// the client library's retries (the raw answers: status, Retry-After, body), and records
+// every answer with its time.
 type readyProbe struct {
 	mu      sync.Mutex
 	answers map[string][]probeAnswer // by replica
+	reads   []probeAnswer            // GET /api/v1/allocations on either replica
 }
 
 type probeAnswer struct {
-	at     time.Time
-	status int // 0: no answer
+	at         time.Time
+	status     int // 0: no answer
+	retryAfter string
+	body       string
 }
 
 func (p *readyProbe) run(ctx context.Context, t *testing.T, c *cluster) {
 	hc := rawClient(t, c)
+	get := func(url, token string) probeAnswer {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		a := probeAnswer{}
+		if resp, err := hc.Do(req); err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			a.status, a.retryAfter, a.body = resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+		}
+		a.at = time.Now()
+		return a
+	}
 	tick := time.NewTicker(25 * time.Millisecond) // probe pacing, not a timing assertion
 	defer tick.Stop()
 	for ; ctx.Err() == nil; <-tick.C {
 		for name, srv := range map[string]string{"A": c.A.Server, "B": c.B.Server} {
-			req, _ := http.NewRequestWithContext(ctx, "GET", srv+"/readyz", nil)
-			status := 0
-			if resp, err := hc.Do(req); err == nil {
-				resp.Body.Close()
-				status = resp.StatusCode
-			}
+			ready, read := get(srv+"/readyz", ""), get(srv+"/api/v1/allocations?limit=1", c.A.Token)
 			p.mu.Lock()
-			p.answers[name] = append(p.answers[name], probeAnswer{at: time.Now(), status: status})
+			p.answers[name] = append(p.answers[name], ready)
+			if ctx.Err() == nil {
+				p.reads = append(p.reads, read)
+			}
 			p.mu.Unlock()
 		}
 	}
+}
+
+// checkReads holds the raw reads to 200, or 503 "unavailable" with Retry-After in our words,
+// and returns how many 503s there were.
+func (p *readyProbe) checkReads(t *testing.T) (unavailable int) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.reads {
+		switch a.status {
+		case http.StatusOK:
+		case http.StatusServiceUnavailable:
+			var e apiv1.Error
+			if err := json.Unmarshal([]byte(a.body), &e); err != nil || e.Code != apiv1.CodeUnavailable || a.retryAfter == "" {
+				t.Fatalf("a read answered 503 %q (Retry-After %q); want code unavailable with Retry-After", a.body, a.retryAfter)
+			}
+			if sqlText.MatchString(a.body) {
+				t.Fatalf("a read's 503 carries database text: %s", a.body)
+			}
+			unavailable++
+		default:
+			t.Fatalf("a read during the failover answered %d %s; want 200 or 503", a.status, a.body)
+		}
+	}
+	return unavailable
 }
 
 // last is replica name's latest answer.
@@ -331,6 +375,7 @@ type failoverRun struct {
 	acks             []ack
 	failures         []loadFailure
 	creates, release int
+	reads503         int // raw reads answered 503 unavailable
 }
 
 func (r failoverRun) unavailable() time.Duration { return r.firstOK.Sub(r.lastOK) }
@@ -348,7 +393,7 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair, beforeKill func(l
 	probeCtx, stopProbe := context.WithCancel(c.ctx)
 	probeDone := make(chan struct{})
 	go func() { defer close(probeDone); probe.run(probeCtx, t, c) }()
-	defer func() { stopProbe(); <-probeDone }()
+	defer stopProbe()
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -420,6 +465,11 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair, beforeKill func(l
 				t.Fatalf("replica %s answered /readyz %d at %s; want 200 or 503", name, a.status, a.at.Format(time.StampMilli))
 			}
 		}
+	}
+	stopProbe()
+	<-probeDone
+	if r.reads503 = probe.checkReads(t); r.reads503 == 0 {
+		t.Fatal("no read answered 503 while no server accepted writes")
 	}
 	l.mu.Lock()
 	r.acks, r.failures = l.acks, l.failures
