@@ -23,7 +23,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz
+.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz failover
 
 all: build
 
@@ -94,6 +94,15 @@ lab-faults: deps
 	set -o pipefail; GPUAAS_LAB_FAULTS=1 LABFAULTS_OUT=$(CURDIR)/bin/lab-faults.jsonl LABFAULTS_TABLE=$(CURDIR)/bin/lab-faults.md \
 		$(GO) test -count=1 -timeout 90m -v -run 'TestLabFaults$$' ./internal/e2e 2>&1 | tee bin/lab-faults.log | \
 		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
+
+# failover loses the PostgreSQL primary under load and promotes its streaming standby
+# (synchronous and asynchronous), then brings the old primary back on its own
+# (docs/operations.md "Losing the database primary") and prints what it measured: the
+# unavailability window, readiness, wake-ups, what the asynchronous standby lost. `make test`
+# runs the same tests with the other fault tests (internal/faults).
+failover: deps
+	set -o pipefail; $(GO) test -count=1 -timeout 20m -v -run 'TestDBFailover' ./internal/faults 2>&1 | \
+		grep -E 'failover_[a-z]+_test\.go:[0-9]+:|^\s*--- |^(ok|FAIL)'
 
 # lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
 # VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:

@@ -801,11 +801,13 @@ func (d *Dispatcher) reapplyStranded(ctx context.Context) error {
 	for _, tr := range stranded {
 		d.log.Warn("applying a recorded task result that never moved its allocation", "task", tr.ID, "type", tr.Type,
 			"allocation", tr.AllocationID, "status", tr.Status)
-		if err := d.apply(ctx, tr); err != nil {
-			return err
+		if err := d.apply(ctx, tr); err != nil && ctx.Err() == nil {
+			// One that cannot be applied must not hold up the others; it is tried again
+			// on the next rounds until it leaves the window (store.StrandedResults).
+			d.log.Error("applying a recorded task result", "task", tr.ID, "allocation", tr.AllocationID, "err", err)
 		}
 	}
-	return nil
+	return ctx.Err()
 }
 
 // QueueTask queues a task that belongs to no allocation (e.g. topology discovery) and wakes
