@@ -130,10 +130,11 @@ func queryOne(ctx context.Context, connString, sql string, dst any, args ...any)
 	return st.QueryRow(ctx, sql, args...).Scan(dst)
 }
 
-// sqlText matches phrases only PostgreSQL's own messages carry (the api package's check).
+// sqlText matches phrases only PostgreSQL's and pgx's own messages carry (the api package's
+// check, and the connection errors of a failover: hosts, sockets, "read only connection").
 var sqlText = regexp.MustCompile(`violates (unique|foreign key|check|not-null|exclusion) constraint|duplicate key value|` +
 	`invalid input syntax for|SQLSTATE|relation \\?"[a-z_]+\\?"|column \\?"[a-z_]+\\?"|for type uuid|_fkey\\?"|_pkey\\?"|_key\\?"|pgx: |pq: |` +
-	`failed to connect|read-only|dial unix|connection refused`)
+	`failed to connect|read.only|ValidateConnect|dial unix|connection refused|\\.s\\.PGSQL`)
 
 // ack is one answer a client got a success for.
 type ack struct {
