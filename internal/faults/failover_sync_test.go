@@ -40,6 +40,9 @@ func TestDBFailoverSynchronousStandby(t *testing.T) {
 	}
 	c.checkInvariants()
 	started := checkHosts(t, c, hosts)
+	if r.wakeAfterCreate > 10*time.Second {
+		t.Fatalf("the first allocation created through B after the promotion reached its host (polling A) %s after its create; NOTIFY wake-ups did not resume", r.wakeAfterCreate)
+	}
 	took := wakeup(t, c)
 	if took > 10*time.Second {
 		t.Fatalf("a task created through B after the failover reached the host parked on A after %s; NOTIFY wake-ups did not resume", took)
@@ -54,5 +57,6 @@ func TestDBFailoverSynchronousStandby(t *testing.T) {
 	t.Logf("failover (synchronous standby): unavailable %s (last success before the kill to first success after the promotion); promotion %s after the kill; /readyz 200 again %s (A) and %s (B) after the promotion",
 		r.unavailable().Round(time.Millisecond), r.promoted.Sub(r.kill).Round(time.Millisecond),
 		r.readyBackA.Sub(r.promoted).Round(time.Millisecond), r.readyBackB.Sub(r.promoted).Round(time.Millisecond))
-	t.Logf("failover (synchronous standby): a task created through B reached the host parked on A in %s after the failover", took.Round(time.Millisecond))
+	t.Logf("failover (synchronous standby): wake-ups recovered: the first allocation created through B after the promotion was taken by its host (polling A) %s after its create, %s after the promotion; later, one created through B reached an idle host parked on A in %s",
+		r.wakeAfterCreate.Round(time.Millisecond), r.wakeAfterPromotion.Round(time.Millisecond), took.Round(time.Millisecond))
 }

@@ -155,6 +155,31 @@ type ledger struct {
 	mu       sync.Mutex
 	acks     []ack
 	failures []loadFailure
+	taken    map[string]time.Time // when the owner first read the allocation taken by its host
+}
+
+// take records when allocation id was first seen taken by its host (provisioning or on).
+func (l *ledger) take(id string) {
+	l.mu.Lock()
+	if _, ok := l.taken[id]; !ok {
+		l.taken[id] = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// firstTakenVia is the first create acknowledged through replica via after t that its host
+// took, and when it was taken.
+func (l *ledger) firstTakenVia(via string, t time.Time) (ack, time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.acks { // in acknowledgement order
+		if a.op == "create" && a.via == via && a.at.After(t) {
+			if at, ok := l.taken[a.id]; ok {
+				return a, at, true
+			}
+		}
+	}
+	return ack{}, time.Time{}, false
 }
 
 func (l *ledger) ack(a ack) {
@@ -247,6 +272,9 @@ func loadClient(c *cluster, l *ledger, cl *client.Client, via string, n int, sto
 				a, err = cl.GetAllocation(ctx, id)
 				return err
 			})
+			if err == nil && a.Status != "requested" {
+				l.take(id)
+			}
 			if err != nil || a.Status == "active" {
 				break
 			}
@@ -384,6 +412,9 @@ type failoverRun struct {
 	failures         []loadFailure
 	creates, release int
 	reads503         int // raw reads answered 503 unavailable
+	// The first allocation created through B after the promotion: from its create's answer,
+	// and from the promotion, until its owner read it taken by its host (polled every 100 ms).
+	wakeAfterCreate, wakeAfterPromotion time.Duration
 }
 
 func (r failoverRun) unavailable() time.Duration { return r.firstOK.Sub(r.lastOK) }
@@ -396,7 +427,7 @@ func (r failoverRun) unavailable() time.Duration { return r.firstOK.Sub(r.lastOK
 // beforeKill (may be nil) runs once the load is under way, just before the kill.
 func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair, beforeKill func(l *ledger)) failoverRun {
 	t.Helper()
-	l := &ledger{}
+	l := &ledger{taken: map[string]time.Time{}}
 	probe := &readyProbe{answers: map[string][]probeAnswer{}}
 	probeCtx, stopProbe := context.WithCancel(c.ctx)
 	probeDone := make(chan struct{})
@@ -461,8 +492,17 @@ func failoverUnderLoad(t *testing.T, c *cluster, pair *pgPair, beforeKill func(l
 	waitFor(t, "20 creates after the promotion", 2*time.Minute, func() (bool, error) {
 		return l.count("create", r.promoted) >= 20, nil
 	})
+	// Wake-ups on the new primary: the first allocation created through B after the
+	// promotion reaches a host long-polling A only through B's NOTIFY and A's LISTEN.
+	waitFor(t, "an allocation created through B after the promotion to reach its host", time.Minute, func() (bool, error) {
+		var ok bool
+		_, _, ok = l.firstTakenVia("B", r.promoted)
+		return ok, nil
+	})
 	stop.Store(true)
 	wg.Wait()
+	a, taken, _ := l.firstTakenVia("B", r.promoted)
+	r.wakeAfterCreate, r.wakeAfterPromotion = taken.Sub(a.at), taken.Sub(r.promoted)
 	// A success answered just after the kill was committed before it: the window runs from
 	// the last answer before the kill to the first one after the promotion.
 	r.lastOK, _ = l.window(r.kill)
