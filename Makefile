@@ -23,7 +23,7 @@ FUZZTIME ?= 30s
 TEST_FUZZTIME ?= 5000x
 
 PREFIX ?= /usr/local
-.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz failover
+.PHONY: install release bench-quick all build test test-race test-rest demo lab lab-faults lab-libvirtd bench soak lint completions deps clean fuzz
 
 all: build
 
@@ -96,16 +96,6 @@ lab-faults: deps
 		$(GO) test -count=1 -timeout 90m -v -run 'TestLabFaults$$' ./internal/e2e 2>&1 | tee bin/lab-faults.log | \
 		grep -E 'kill -9 of hostd|slice\.vm_(provision|release): task|lab faults:|^\s*\||^\s*--- |^(ok|FAIL)'
 
-# failover loses the PostgreSQL primary under load and promotes its streaming standby
-# (synchronous and asynchronous), then brings the old primary back on its own
-# (docs/operations.md "Losing the database primary") and prints what it measured: the
-# unavailability window, readiness, wake-ups, what the asynchronous standby lost. About 3
-# minutes on a shared 2-core machine; `make test` runs it after the other packages (whose
-# run skips these tests), so their PostgreSQL pairs do not compete with the other fault tests.
-failover: deps
-	set -o pipefail; $(GO) test -count=1 -timeout 20m -v -run 'TestDBFailover' ./internal/faults 2>&1 | \
-		grep -E 'failover_[a-z]+_test\.go:[0-9]+:|^\s*--- |^(ok|FAIL)'
-
 # lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
 # VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:
 # a restart would break any other lab test's virsh call in flight (make test runs it last).
@@ -132,6 +122,17 @@ SOAK_DURATION ?= 30m
 soak: deps build
 	@mkdir -p soak
 	set -o pipefail; SOAK_BIN=$(CURDIR)/bin SOAK_DURATION=$(SOAK_DURATION) SOAK_REPORT=$(CURDIR)/soak $(GO) test -count=1 -timeout 0 -v -run 'TestSoak$$' ./internal/soak | tee soak/soak.log
+
+# failover loses the PostgreSQL primary under load and promotes its streaming standby
+# (synchronous and asynchronous), then brings the old primary back on its own
+# (docs/operations.md "Losing the database primary") and prints what it measured: the
+# unavailability window, readiness, wake-ups, what the asynchronous standby lost. About 3
+# minutes on a shared 2-core machine; `make test` runs it after the other packages (whose
+# run skips these tests), so their PostgreSQL pairs do not compete with the other fault tests.
+.PHONY: failover
+failover: deps
+	set -o pipefail; $(GO) test -count=1 -timeout 20m -v -run 'TestDBFailover' ./internal/faults 2>&1 | \
+		grep -E 'failover_[a-z]+_test\.go:[0-9]+:|^\s*--- |^(ok|FAIL)'
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
