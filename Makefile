@@ -132,7 +132,7 @@ soak: deps build
 .PHONY: failover
 failover: deps
 	set -o pipefail; $(GO) test -count=1 -timeout 20m -v -run 'TestDBFailover' ./internal/faults 2>&1 | \
-		grep -E 'failover_[a-z]+_test\.go:[0-9]+:|^\s*--- |^(ok|FAIL)'
+		grep -E 'failover(_[a-z]+)?_test\.go:[0-9]+:|^\s*--- |^(ok|FAIL)'
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
