@@ -114,8 +114,9 @@ func TestDBFailoverAsynchronousStandby(t *testing.T) {
 	}
 	c.checkInvariants()
 	// Host work the database lost: tasks a host ran that the new primary has never heard of.
-	var unknown, dropped int
+	var unknown, dropped, replays int
 	rejected := regexp.MustCompile(`msg="result rejected; dropping"`)
+	replayed := regexp.MustCompile(`msg="task refused" .* reason=replay`)
 	for _, h := range hosts {
 		for id, n := range h.runs() {
 			if n != 1 {
@@ -134,6 +135,7 @@ func TestDBFailoverAsynchronousStandby(t *testing.T) {
 			t.Fatal(err)
 		}
 		dropped += len(rejected.FindAll(b, -1))
+		replays += len(replayed.FindAll(b, -1))
 	}
 	// A release whose result the database lost expires on the host's replay refusal: its
 	// slots are left cleanup_blocked (no wipe proof the database knows of) for an operator.
@@ -144,8 +146,8 @@ func TestDBFailoverAsynchronousStandby(t *testing.T) {
 	took := wakeup(t, c)
 	t.Logf("failover (asynchronous standby, its stream cut %s before the kill): %d creates and %d releases acknowledged, %d of them while only the primary had them",
 		r.kill.Sub(cutAt).Round(time.Millisecond), r.creates, r.release, ackedAfterCut)
-	t.Logf("failover (asynchronous standby): LOST %d acknowledged creates (their owners now read not_found; hosts had run %d tasks the new primary never heard of and dropped %d results it rejected; those slots are on sale again) and %d acknowledged releases (%d of them active again, released again); everything came to rest %s after the load, %d slots left cleanup_blocked",
-		lostCreates, unknown, dropped, lostReleases, len(again), settled.Round(time.Second), blocked)
+	t.Logf("failover (asynchronous standby): LOST %d acknowledged creates (their owners now read not_found; hosts had run %d tasks the new primary never heard of and dropped %d results it rejected; those slots are on sale again) and %d acknowledged releases (%d of them active again, released again); redeliveries refused as replays (tasks whose result the database lost): %d; everything came to rest %s after the load, %d slots left cleanup_blocked",
+		lostCreates, unknown, dropped, lostReleases, len(again), replays, settled.Round(time.Second), blocked)
 	t.Logf("failover (asynchronous standby): unavailable %s; /readyz 200 again %s (A) and %s (B) after the promotion; first create through B after the promotion taken by its host (polling A) %s after its create, %s after the promotion; later wake-up through B to an idle host parked on A in %s; failed calls: %s; raw reads answered 503: %d",
 		r.unavailable().Round(time.Millisecond), r.readyBackA.Sub(r.promoted).Round(time.Millisecond),
 		r.readyBackB.Sub(r.promoted).Round(time.Millisecond), r.wakeAfterCreate.Round(time.Millisecond), r.wakeAfterPromotion.Round(time.Millisecond),
