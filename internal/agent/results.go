@@ -87,7 +87,9 @@ func (a *Agent) sendPending(ctx context.Context) {
 		}
 		switch {
 		case resp.StatusCode < 300:
-			_ = a.spool.Remove(r.TaskID)
+			if err := a.spool.Acknowledged(r.TaskID); err != nil {
+				a.log.Warn("acknowledged result not kept", "task", r.TaskID, "err", err)
+			}
 		case resp.StatusCode >= 500:
 			return
 		default:

@@ -8,13 +8,25 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // Spool keeps task results on disk until the controller acknowledges them, so a controller
-// outage loses nothing. One 0600 file per task, written atomically.
-type Spool struct{ dir string }
+// outage loses nothing. One 0600 file per task, written atomically. Acknowledged results
+// are kept a while longer in delivered/ (see Acknowledged).
+type Spool struct {
+	dir string
+
+	mu     sync.Mutex
+	pruned time.Time // last sweep of delivered/
+}
+
+// deliveredKeep is how long an acknowledged result is kept: longer than a task can be handed
+// out again (its deadline: 20 minutes for provisioning, 30 for a release by default).
+const deliveredKeep = 2 * time.Hour
 
 // NewSpool creates the spool directory.
 func NewSpool(dir string) (*Spool, error) {
@@ -64,7 +76,54 @@ func (s *Spool) Has(taskID string) bool {
 	return err == nil
 }
 
-// Remove drops an acknowledged result.
+func (s *Spool) deliveredPath(taskID string) string {
+	return filepath.Join(s.dir, "delivered", taskID+".json")
+}
+
+// Acknowledged moves a result the controller acknowledged to delivered/. A database that
+// loses it afterwards (a failover to an asynchronous standby that had not received it) hands
+// the task out again; the host refuses to run it twice and sends this result again instead
+// (Resend), so the result is not lost with the database's copy.
+func (s *Spool) Acknowledged(taskID string) error {
+	if err := os.MkdirAll(filepath.Dir(s.deliveredPath(taskID)), 0o700); err != nil {
+		return err
+	}
+	err := os.Rename(s.path(taskID), s.deliveredPath(taskID))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	s.pruneDelivered()
+	return err
+}
+
+// Resend puts an acknowledged result back in the spool, reporting whether one was kept.
+func (s *Spool) Resend(taskID string) bool {
+	return os.Rename(s.deliveredPath(taskID), s.path(taskID)) == nil
+}
+
+// pruneDelivered drops acknowledged results older than deliveredKeep, at most every ten
+// minutes.
+func (s *Spool) pruneDelivered() {
+	s.mu.Lock()
+	if time.Since(s.pruned) < 10*time.Minute {
+		s.mu.Unlock()
+		return
+	}
+	s.pruned = time.Now()
+	s.mu.Unlock()
+	dir := filepath.Join(s.dir, "delivered")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > deliveredKeep {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// Remove drops a result the controller refused (it will never accept it).
 func (s *Spool) Remove(taskID string) error {
 	err := os.Remove(s.path(taskID))
 	if errors.Is(err, os.ErrNotExist) {

@@ -107,7 +107,14 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		a.m.refusals.WithLabelValues(refused.Reason).Inc()
 		res.Status, res.Error = "refused", refused.Reason+": "+refused.Detail
 		if refused.Reason == task.RefuseReplay {
-			return // already completed here; its result was delivered before
+			// Completed here, its result acknowledged: a task is handed out again after that
+			// only when the database lost the result (a failover to an asynchronous
+			// standby). It is not run twice; the result it waits for is sent again.
+			if a.spool.Resend(env.TaskID) {
+				log.Warn("task handed out again after its result was acknowledged; sending the result again")
+				a.kickSender()
+			}
+			return
 		}
 		if refused.Reason == task.RefuseWrongNode || refused.Reason == task.RefuseBadSignature || refused.Reason == task.RefuseUnsigned {
 			// Not ours or not authentic: report it, but never mark its id completed.
