@@ -35,8 +35,9 @@ type pgPair struct {
 	url                    string
 }
 
-// replicationSettings are the primary's: synchronous commit waits until the standby has
-// flushed the commit's WAL (sync), or only for the local flush (async).
+// replicationSettings are a server's replication settings: on the primary, a commit waits
+// until the standby has flushed its WAL (sync) or only for the local flush (async); the
+// standby gets the async ones (it must run alone once promoted).
 func replicationSettings(sync bool) []string {
 	set := []string{"wal_level=replica", "max_wal_senders=4", "wal_keep_size=256MB", "synchronous_commit=on"}
 	// A standby whose primary went away retries streaming after this (default 5 s), and
@@ -80,7 +81,8 @@ func startPair(t *testing.T, ctx context.Context, dir string, sync bool) *pgPair
 	return p
 }
 
-// failoverCluster is two controller replicas on a pgPair's multi-host URL, and hosts.
+// newFailoverCluster starts a pgPair and two controller replicas on its multi-host URL;
+// hosts are added with addHost.
 func newFailoverCluster(t *testing.T, sync bool, flags ...string) (*cluster, *pgPair) {
 	t.Helper()
 	pgtest.RequireServer(t)
