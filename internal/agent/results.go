@@ -87,9 +87,7 @@ func (a *Agent) sendPending(ctx context.Context) {
 		}
 		switch {
 		case resp.StatusCode < 300:
-			if err := a.spool.Acknowledged(r.TaskID); err != nil {
-				a.log.Warn("acknowledged result not kept", "task", r.TaskID, "err", err)
-			}
+			_ = a.spool.Acknowledged(r.TaskID)
 		case resp.StatusCode >= 500:
 			return
 		default:

@@ -15,25 +15,72 @@ import (
 )
 
 // Spool keeps task results on disk until the controller acknowledges them, so a controller
-// outage loses nothing. One 0600 file per task, written atomically. Acknowledged results
-// are kept a while longer in delivered/ (see Acknowledged).
+// outage loses nothing. One 0600 file per task, written atomically.
+//
+// An acknowledged result moves to reported/ and is kept for ReportedKeep: a controller
+// restored from a backup taken before the acknowledgement still has the task as leased and
+// hands it out again; the host, which never runs a task twice, then reports the kept result
+// again instead of leaving the task to expire (Requeue).
 type Spool struct {
 	dir string
 
-	mu     sync.Mutex
-	pruned time.Time // last sweep of delivered/
+	mu        sync.Mutex
+	lastPrune time.Time
 }
 
-// deliveredKeep is how long an acknowledged result is kept: longer than a task can be handed
-// out again (its deadline: 20 minutes for provisioning, 30 for a release by default).
-const deliveredKeep = 2 * time.Hour
+// ReportedKeep is how long acknowledged results are kept for a restored controller: longer
+// than any task's deadline and a restore's duration.
+const ReportedKeep = 24 * time.Hour
 
 // NewSpool creates the spool directory.
 func NewSpool(dir string) (*Spool, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "reported"), 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	return &Spool{dir: dir}, nil
+	s := &Spool{dir: dir}
+	s.prune()
+	return s, nil
+}
+
+func (s *Spool) reportedPath(taskID string) string {
+	return filepath.Join(s.dir, "reported", taskID+".json")
+}
+
+// Acknowledged moves a result the controller accepted to reported/ (see Spool).
+func (s *Spool) Acknowledged(taskID string) error {
+	err := os.Rename(s.path(taskID), s.reportedPath(taskID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	s.mu.Lock()
+	due := time.Since(s.lastPrune) > time.Hour
+	s.mu.Unlock()
+	if due {
+		s.prune()
+	}
+	return err
+}
+
+// Requeue puts a reported result back in the spool for delivery, reporting whether there was
+// one: the controller asked again for a task this host completed and reported.
+func (s *Spool) Requeue(taskID string) bool {
+	return os.Rename(s.reportedPath(taskID), s.path(taskID)) == nil
+}
+
+// prune drops reported results older than ReportedKeep.
+func (s *Spool) prune() {
+	s.mu.Lock()
+	s.lastPrune = time.Now()
+	s.mu.Unlock()
+	entries, err := os.ReadDir(filepath.Join(s.dir, "reported"))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > ReportedKeep {
+			_ = os.Remove(filepath.Join(s.dir, "reported", e.Name()))
+		}
+	}
 }
 
 func (s *Spool) path(taskID string) string { return filepath.Join(s.dir, taskID+".json") }
@@ -76,54 +123,7 @@ func (s *Spool) Has(taskID string) bool {
 	return err == nil
 }
 
-func (s *Spool) deliveredPath(taskID string) string {
-	return filepath.Join(s.dir, "delivered", taskID+".json")
-}
-
-// Acknowledged moves a result the controller acknowledged to delivered/. A database that
-// loses it afterwards (a failover to an asynchronous standby that had not received it) hands
-// the task out again; the host refuses to run it twice and sends this result again instead
-// (Resend), so the result is not lost with the database's copy.
-func (s *Spool) Acknowledged(taskID string) error {
-	if err := os.MkdirAll(filepath.Dir(s.deliveredPath(taskID)), 0o700); err != nil {
-		return err
-	}
-	err := os.Rename(s.path(taskID), s.deliveredPath(taskID))
-	if errors.Is(err, os.ErrNotExist) {
-		err = nil
-	}
-	s.pruneDelivered()
-	return err
-}
-
-// Resend puts an acknowledged result back in the spool, reporting whether one was kept.
-func (s *Spool) Resend(taskID string) bool {
-	return os.Rename(s.deliveredPath(taskID), s.path(taskID)) == nil
-}
-
-// pruneDelivered drops acknowledged results older than deliveredKeep, at most every ten
-// minutes.
-func (s *Spool) pruneDelivered() {
-	s.mu.Lock()
-	if time.Since(s.pruned) < 10*time.Minute {
-		s.mu.Unlock()
-		return
-	}
-	s.pruned = time.Now()
-	s.mu.Unlock()
-	dir := filepath.Join(s.dir, "delivered")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > deliveredKeep {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-}
-
-// Remove drops a result the controller refused (it will never accept it).
+// Remove drops an acknowledged result.
 func (s *Spool) Remove(taskID string) error {
 	err := os.Remove(s.path(taskID))
 	if errors.Is(err, os.ErrNotExist) {

@@ -107,11 +107,10 @@ func (a *Agent) execute(ctx context.Context, env *task.Envelope) {
 		a.m.refusals.WithLabelValues(refused.Reason).Inc()
 		res.Status, res.Error = "refused", refused.Reason+": "+refused.Detail
 		if refused.Reason == task.RefuseReplay {
-			// Completed here, its result acknowledged: a task is handed out again after that
-			// only when the database lost the result (a failover to an asynchronous
-			// standby). It is not run twice; the result it waits for is sent again.
-			if a.spool.Resend(env.TaskID) {
-				log.Warn("task handed out again after its result was acknowledged; sending the result again")
+			// Already completed here and its result delivered: a controller asking again lost
+			// that result (restored from an earlier backup), so it is reported again.
+			if a.spool.Requeue(env.TaskID) {
+				log.Info("task already completed here; its result is reported again")
 				a.kickSender()
 			}
 			return
