@@ -66,6 +66,10 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("store: parse database url: %w", err)
 	}
+	if cfg.ConnConfig.ValidateConnect != nil && len(cfg.ConnConfig.Fallbacks) > 0 {
+		// Several hosts, one chosen by target_session_attrs: never a former primary.
+		cfg.ConnConfig.ValidateConnect = guardTimeline(cfg.ConnConfig.ValidateConnect)
+	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	} else {
@@ -77,10 +81,6 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	}
 	if opts.AllowSimulated {
 		cfg.ConnConfig.RuntimeParams[AllowSimulatedParam] = "on" // sent at connect: no round trip per transaction
-	}
-	if cfg.ConnConfig.ValidateConnect != nil && len(cfg.ConnConfig.Fallbacks) > 0 {
-		// Several hosts, one chosen by target_session_attrs: never a former primary.
-		cfg.ConnConfig.ValidateConnect = guardTimeline(cfg.ConnConfig.ValidateConnect)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
