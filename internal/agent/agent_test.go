@@ -201,6 +201,12 @@ func TestSpoolDeliversAfterOutageExactlyOnce(t *testing.T) {
 	if n := f.delivered("task-1"); n != 1 {
 		t.Fatalf("result delivered %d times before any redelivery", n)
 	}
+	// Its first handling over: a task handed out while it is still in flight is ignored.
+	waitUntil(t, "the task to leave the host's in-flight set", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return !a.inflight["task-1"]
+	})
 	// The same task handed out again is a replay: not run, its kept result reported again.
 	f.queue(t, "node-1", "task-1")
 	a.kickSender()

@@ -56,6 +56,10 @@ type Config struct {
 	// NodeCA holds the CA certificate(s) that issue node certificates: hosts' wipe proofs are
 	// checked against their signer's certificate, and it against these (nil: no proof counts).
 	NodeCA *x509.CertPool
+	// ReapplyAfter is how long a recorded provisioning or release result may leave its
+	// allocation unmoved before the reaper applies it again (default 30 s; the result's own
+	// request applies it at once, and the host retries a request that failed).
+	ReapplyAfter time.Duration
 }
 
 func (c *Config) defaults() {
@@ -73,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.OutboxEvery == 0 {
 		c.OutboxEvery = 2 * time.Second
+	}
+	if c.ReapplyAfter == 0 {
+		c.ReapplyAfter = 30 * time.Second
 	}
 	if c.NotifyEvery == 0 {
 		c.NotifyEvery = 20 * time.Millisecond
@@ -798,7 +805,27 @@ func (d *Dispatcher) Reap(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return d.reapplyStranded(ctx)
+}
+
+// reapplyStranded drives allocations from results that were recorded but whose effect was
+// lost (store.StrandedResults: the database lost the second of the two transactions, after
+// an asynchronous failover). apply is what the result's own request ran; it is idempotent.
+func (d *Dispatcher) reapplyStranded(ctx context.Context) error {
+	stranded, err := d.st.StrandedResults(ctx, d.cfg.ReapplyAfter)
+	if err != nil {
+		return err
+	}
+	for _, tr := range stranded {
+		d.log.Warn("applying a recorded task result that never moved its allocation", "task", tr.ID, "type", tr.Type,
+			"allocation", tr.AllocationID, "status", tr.Status)
+		if err := d.apply(ctx, tr); err != nil && ctx.Err() == nil {
+			// One that cannot be applied must not hold up the others; it is tried again
+			// on the next rounds until it leaves the window (store.StrandedResults).
+			d.log.Error("applying a recorded task result", "task", tr.ID, "allocation", tr.AllocationID, "err", err)
+		}
+	}
+	return ctx.Err()
 }
 
 // QueueTask queues a task that belongs to no allocation (e.g. topology discovery) and wakes

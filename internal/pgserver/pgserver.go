@@ -41,6 +41,10 @@ type Options struct {
 	// Settings are extra server settings (name=value), e.g. benchmarks loading
 	// pg_stat_statements.
 	Settings []string
+	// StandbyOf makes a new cluster a streaming standby of that running server: its data
+	// directory is a pg_basebackup of it (with standby.signal and primary_conninfo) instead
+	// of an initdb. Promote makes it a primary. Ignored when the data directory exists.
+	StandbyOf *Server
 }
 
 // Server is a running cluster, owned by this process until Stop.
@@ -143,7 +147,11 @@ func (s *Server) prepare() error {
 // boot runs initdb on an empty data dir, clears what a killed predecessor left, and starts
 // the postmaster.
 func (s *Server) boot(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) && s.opts.StandbyOf != nil {
+		if err := s.baseBackup(ctx, s.opts.StandbyOf); err != nil {
+			return err
+		}
+	} else if errors.Is(err, os.ErrNotExist) {
 		if err := s.initdb(ctx); err != nil {
 			return err
 		}
@@ -235,7 +243,7 @@ func (s *Server) Stop() error {
 	defer s.unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if pid, _ := postmasterPID(s.dataDir); pid != 0 {
+	if pid, _ := postmasterPID(s.dataDir); pid != 0 && postmasterOf(pid, s.dataDir) { // a killed one has nothing to stop
 		out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-t", "60").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("pgserver: pg_ctl stop: %w: %s", err, tail(string(out)))

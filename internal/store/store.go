@@ -70,6 +70,10 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("store: parse database url: %w", err)
 	}
+	if cfg.ConnConfig.ValidateConnect != nil && len(cfg.ConnConfig.Fallbacks) > 0 {
+		// Several hosts, one chosen by target_session_attrs: never a former primary.
+		cfg.ConnConfig.ValidateConnect = guardTimeline(cfg.ConnConfig.ValidateConnect)
+	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	} else {

@@ -64,6 +64,9 @@ type Options struct {
 	// Statements loads pg_stat_statements, so a run can report where PostgreSQL's time went
 	// (Env.TopStatements).
 	Statements bool
+	// DatabaseURL, when set, is a running database (e.g. a primary and its standby in a
+	// multi-host URL) used instead of a private PostgreSQL; Stop leaves it running.
+	DatabaseURL string
 }
 
 // Start boots PostgreSQL, migrates, seeds a tenant, its token and a slice image, and starts
@@ -75,15 +78,19 @@ func Start(ctx context.Context, o Options) (*Env, error) {
 	if err := os.Chmod(o.Dir, 0o755); err != nil { // the postgres user traverses it when run as root
 		return nil, err
 	}
-	pgo := pgserver.Options{Dir: filepath.Join(o.Dir, "pg")}
-	if o.Statements {
-		pgo.Settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+	e := &Env{Dir: o.Dir, DBURL: o.DatabaseURL, StateDir: filepath.Join(o.Dir, "state")}
+	if e.DBURL == "" {
+		pgo := pgserver.Options{Dir: filepath.Join(o.Dir, "pg")}
+		if o.Statements {
+			pgo.Settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+		}
+		pg, err := pgserver.Start(ctx, pgo)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		e.PG, e.DBURL = pg, pg.ConnString("postgres")
 	}
-	pg, err := pgserver.Start(ctx, pgo)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	e := &Env{Dir: o.Dir, PG: pg, DBURL: pg.ConnString("postgres"), StateDir: filepath.Join(o.Dir, "state")}
+	var err error
 	if o.Pprof {
 		if e.PprofAddr, err = freeLoopback(); err != nil {
 			e.Stop()
