@@ -34,12 +34,13 @@ type Layout struct {
 	SharedGroupGPU bool
 }
 
-// DefaultLayout is the lab host `make lab-host` boots: 2 NUMA nodes x (2 GPU stand-ins,
-// 2 NVMe slot disks, 1 fabric stand-in with 2 VFs, 3 vCPUs: the first is the node's
-// housekeeping core, one for each slot; 3 GiB, 1 GiB of it in a 1 GiB hugepage), plus a GPU
-// stand-in in a shared IOMMU group.
+// DefaultLayout is the lab host `make lab-host` boots: 2 NUMA nodes x (1 GPU stand-in, 1 NVMe
+// slot disk, 1 fabric stand-in with 2 VFs, 2 vCPUs: the node's housekeeping core and the
+// slot's; 3 GiB, 1 GiB of it in a 1 GiB hugepage), plus a GPU stand-in in a shared IOMMU
+// group. One slot per node: every vCPU of the host is an emulated CPU on this machine's two
+// cores, and a host of 6 of them did not finish booting here.
 func DefaultLayout() Layout {
-	return Layout{NUMANodes: 2, CPUsPerNode: 3, MemPerNodeMiB: 3072, GPUsPerNode: 2, DisksPerNode: 2, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
+	return Layout{NUMANodes: 2, CPUsPerNode: 2, MemPerNodeMiB: 3072, GPUsPerNode: 1, DisksPerNode: 1, DiskMiB: 512, VFsPerNode: 2, SharedGroupGPU: true}
 }
 
 // Validate refuses layouts QEMU or the slot model cannot express.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -49,9 +50,19 @@ func TestQuotaAndHealthChangesAreEvents(t *testing.T) {
 		VALUES ($1, $2, NULL, 'kernel', 'xid:79', 'quarantine', 'NVRM: Xid (PCI:0000:1b:00): 79, GPU has fallen off the bus')`, w.slotID, w.nodeID); err != nil {
 		t.Fatal(err)
 	}
-	mine, _, err := w.st.ReadEvents(ctx, store.EventFilter{TenantID: tenant, Limit: 100})
-	if err != nil {
-		t.Fatal(err)
+	want := []string{"quota.set", "quota.set", "quota.deleted", "reservation.active", "reservation.cancelled", "allocation.active", "allocation.health"}
+	// Events become readable once every older writing transaction of the cluster has ended
+	// (other tests' included): poll until they are all there, within a deadline.
+	var mine []store.Event
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var err error
+		if mine, _, err = w.st.ReadEvents(ctx, store.EventFilter{TenantID: tenant, Limit: 100}); err != nil {
+			t.Fatal(err)
+		}
+		if len(mine) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the log; the deadline bounds it
 	}
 	var types []string
 	var health map[string]any
@@ -63,7 +74,6 @@ func TestQuotaAndHealthChangesAreEvents(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"quota.set", "quota.set", "quota.deleted", "reservation.active", "reservation.cancelled", "allocation.active", "allocation.health"}
 	if len(types) != len(want) {
 		t.Fatalf("tenant events %v, want %v", types, want)
 	}
@@ -75,7 +85,7 @@ func TestQuotaAndHealthChangesAreEvents(t *testing.T) {
 	if health["health"] != "quarantined" || health["signal"] != "xid:79" || len(health) != 3 {
 		t.Fatalf("the tenant's health event %v: want the allocation, its new health and the signal only", health)
 	}
-	all, _, err := w.st.ReadEvents(ctx, store.EventFilter{Limit: 100})
+	all, _, err := w.st.ReadEvents(ctx, store.EventFilter{TenantID: "", After: store.EventCursor{}, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
