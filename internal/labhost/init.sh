@@ -29,6 +29,7 @@ ip route add default via 10.0.2.2
 echo "nameserver 10.0.2.3" >/etc/resolv.conf
 modprobe vfio-pci
 modprobe openvswitch
+modprobe tun # the slice VMs' network devices
 # SR-IOV: the fabric stand-ins (NVMe controllers that offer VFs and hold no namespace) get
 # their VFs, as the host bootstrap does for the real fabric NIC.
 for d in /sys/bus/pci/devices/*; do

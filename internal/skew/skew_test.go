@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,18 +98,14 @@ func start(t *testing.T, bin string) *plane {
 	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "gpuaas-controller"), "migrate", "--database-url", p.A.DBURL).CombinedOutput(); err != nil {
 		t.Fatalf("migrate with %s: %v\n%s", bin, err, out)
 	}
-	// Seed a tenant, its token and a slice image in the schema that release made.
+	// Seed a tenant and its token in the schema that release made (tables this tree's store
+	// writes the same way).
 	if err := p.A.Store.InTx(ctx, func(tx *store.Tx) error {
 		tn, err := tx.CreateTenant(ctx, "skew")
 		if err != nil {
 			return err
 		}
-		if _, err := tx.CreateToken(ctx, "skew-tenant", pki.HashToken(tok), "tenant", tn.ID, nil); err != nil {
-			return err
-		}
-		_, err = tx.CreateImage(ctx, apiv1.OSImage{Slug: image, DisplayName: "skew", Version: "1", Target: "vm_slice",
-			Family: "debian", Architecture: "amd64", ImageFormat: "qcow2", SourceType: "http", SourceRef: "https://images.example/skew.qcow2",
-			DigestSHA256: strings.Repeat("cd", 32), DefaultUsername: "debian", DriverStrategy: "none", Active: true})
+		_, err = tx.CreateToken(ctx, "skew-tenant", pki.HashToken(tok), "tenant", tn.ID, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -122,7 +120,39 @@ func start(t *testing.T, bin string) *plane {
 	if p.admin, err = client.New(client.Options{Server: p.A.Server, CAFile: p.A.CAFile, Token: string(bytes.TrimSpace(adminTok))}); err != nil {
 		t.Fatal(err)
 	}
+	// The slice image goes in through the previous release's own API, in the fields it knows:
+	// this tree's store writes columns its schema does not have yet.
+	p.seedImage(string(bytes.TrimSpace(adminTok)))
 	return p
+}
+
+// seedImage registers the test's slice image through controller A's API as the previous
+// release accepts it (its decoder refuses fields it does not know).
+func (p *plane) seedImage(adminToken string) {
+	p.t.Helper()
+	tlsCfg, err := pki.ClientTLSConfig(p.A.CAFile)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"slug": image, "display_name": "skew", "version": "1", "target": "vm_slice",
+		"family": "debian", "architecture": "amd64", "image_format": "qcow2", "source_type": "http",
+		"source_ref": "https://images.example/skew.qcow2", "digest_sha256": strings.Repeat("cd", 32),
+		"default_username": "debian", "driver_strategy": "none", "active": true})
+	req, err := http.NewRequestWithContext(p.ctx, "POST", p.A.Server+"/api/v1/admin/os-images", bytes.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}).Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		p.t.Fatalf("registering the image through the previous release: %s: %s", resp.Status, b)
+	}
 }
 
 // replicaB starts replica B from bin (same database and identity).

@@ -85,16 +85,28 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 			if h.cfg.Lab {
 				return "", Skip(labSkip)
 			}
-			var bad []string
+			// A device off vfio-pci (a provision that failed before binding it, or a host
+			// driver that took it) goes back to vfio-pci where hostd may rebind; otherwise the
+			// release fails and the slot waits for an operator: it is never sold on a host
+			// driver.
+			var bad, rebound []string
 			for _, b := range p.Bundles {
 				for _, a := range []string{b.GPUPCI, b.FabricVFPCI} {
-					if d := h.cfg.FS.LinkBase("/sys/bus/pci/devices/" + a + "/driver"); d != "vfio-pci" {
+					d := h.cfg.FS.LinkBase("/sys/bus/pci/devices/" + a + "/driver")
+					switch {
+					case d == "vfio-pci":
+					case h.cfg.VFIOBind && h.rebind(a, d) == nil:
+						rebound = append(rebound, a)
+					default:
 						bad = append(bad, a+"="+d)
 					}
 				}
 			}
 			if len(bad) > 0 {
 				return "", fmt.Errorf("devices not on vfio-pci after release: %s", strings.Join(bad, ", "))
+			}
+			if len(rebound) > 0 {
+				return "GPUs and VFs stay on vfio-pci (rebound: " + strings.Join(rebound, ", ") + ")", nil
 			}
 			return "GPUs and VFs stay on vfio-pci", nil
 		}},
