@@ -33,7 +33,7 @@ type Config struct {
 	Runtime        string   `mapstructure:"runtime" yaml:"runtime"`
 	// LabHost is set by `enroll --lab-host` only: this host is the lab host VM (internal/
 	// labhost), its discovery counts emulated stand-ins as GPUs and fabric, its slice VMs run
-	// under software emulation when it has no KVM, and the controller records it as simulated.
+	// under software emulation (never nested KVM), and the controller records it as simulated.
 	LabHost       bool          `mapstructure:"lab_host" yaml:"lab_host,omitempty"`
 	MaxConcurrent int           `mapstructure:"max_concurrent" yaml:"max_concurrent"`
 	PollWait      time.Duration `mapstructure:"poll_wait" yaml:"poll_wait"`

@@ -75,7 +75,7 @@ func newVMRuntime(cfg Config, log *slog.Logger) (*slicevm.Host, *vmServices, err
 	h, err := slicevm.NewHost(slicevm.HostConfig{Lab: cfg.Runtime == "lab", DataDir: cfg.DataDir, FS: hostfs.New(cfg.HostRoot), Run: hostfs.Exec{},
 		Hypervisor: hv, Leases: &leases.Dir{Path: filepath.Join(cfg.DataDir, "node-scheduler", "leases"), TTL: ttl},
 		Images: images, DHCP: srv, Telemetry: reg, Bridge: cfg.Bridge, OVS: cfg.Runtime == "libvirt", LoaderPath: cfg.OVMFCode, VarsTemplate: cfg.OVMFVars,
-		TerminalKeyPath: cfg.SliceTerminalSSHKeyPath, LibvirtSocket: cfg.LibvirtSocket, VFIOBind: cfg.SliceRuntimeVFIOBind, SoftwareCPU: cfg.LabHost && !hostfs.New(cfg.HostRoot).Exists("/dev/kvm"), ReadinessTimeout: cfg.ReadinessTimeout, Log: log})
+		TerminalKeyPath: cfg.SliceTerminalSSHKeyPath, LibvirtSocket: cfg.LibvirtSocket, VFIOBind: cfg.SliceRuntimeVFIOBind, SoftwareCPU: cfg.LabHost, ReadinessTimeout: cfg.ReadinessTimeout, Log: log})
 	if err != nil {
 		hv.Close()
 		return nil, nil, err

@@ -52,7 +52,8 @@ getent passwd libvirt-qemu >/dev/null || useradd -r -g libvirt-qemu -G kvm -d /v
 mkdir -p /var/log/libvirt/qemu /var/lib/libvirt/qemu /run/libvirt
 virtlogd -d
 LIBVIRT_LOG_OUTPUTS="3:file:/gpuaas/out/libvirtd.log" libvirtd -d
-for _ in $(seq 1 120); do virsh -c qemu:///system uri >/dev/null 2>&1 && break; sleep 1; done
+# libvirtd probes QEMU's capabilities at its first start: minutes under emulation.
+for _ in $(seq 1 900); do virsh -c qemu:///system uri >/dev/null 2>&1 && break; sleep 1; done
 touch /gpuaas/out/ready
 set +x
 # PID 1 reaps orphans until the test powers the host off.

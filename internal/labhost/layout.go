@@ -77,7 +77,7 @@ func (l Layout) Args(img Image, overlay, dir, share string, sshPort int, kvm boo
 	}
 	a := []string{
 		"-name", "gpuaas-labhost", "-nodefaults", "-no-user-config", "-no-reboot",
-		"-machine", "q35,accel=" + accel + ",kernel-irqchip=split", "-cpu", cpu,
+		"-machine", "q35,kernel-irqchip=split", "-accel", accel, "-cpu", cpu,
 		"-smp", fmt.Sprintf("%d,sockets=%d,cores=%d,threads=1", cpus, l.NUMANodes, l.CPUsPerNode),
 		"-m", fmt.Sprintf("%dM", l.NUMANodes*l.MemPerNodeMiB),
 		// caching-mode lets the guest use VFIO behind the emulated IOMMU; interrupt

@@ -18,7 +18,7 @@ func TestLayoutArgs(t *testing.T) {
 	count := func(s string) int { return strings.Count(line, s) }
 	for _, want := range []string{
 		"intel-iommu,intremap=on,caching-mode=on",
-		"q35,accel=tcg,kernel-irqchip=split",
+		"q35,kernel-irqchip=split", "-accel tcg", "-cpu max",
 		"pxb-pcie,id=pxb0,bus_nr=32,numa_node=0,bus=pcie.0",
 		"pxb-pcie,id=pxb1,bus_nr=64,numa_node=1,bus=pcie.0",
 		"node,nodeid=0,cpus=0-1,memdev=mem0", "node,nodeid=1,cpus=2-3,memdev=mem1",
@@ -40,7 +40,7 @@ func TestLayoutArgs(t *testing.T) {
 	if n := count("-device pcie-root-port"); n != 7 {
 		t.Errorf("%d root ports, want 7", n)
 	}
-	if kvm := strings.Join(l.Args(Image{}, "/o", "/r", "/s", 1, true), " "); !strings.Contains(kvm, "accel=kvm") || !strings.Contains(kvm, "-cpu host") {
+	if kvm := strings.Join(l.Args(Image{}, "/o", "/r", "/s", 1, true), " "); !strings.Contains(kvm, "-accel kvm") || !strings.Contains(kvm, "-cpu host") {
 		t.Error("with KVM the host runs on KVM with the host CPU model")
 	}
 	for _, bad := range []Layout{{NUMANodes: 0, CPUsPerNode: 1, MemPerNodeMiB: 1024}, {NUMANodes: 2, CPUsPerNode: 1, MemPerNodeMiB: 256},

@@ -104,7 +104,7 @@ func Boot(ctx context.Context, img Image, l Layout, o BootOptions) (*Machine, er
 	if o.Log != nil {
 		fmt.Fprintf(o.Log, "lab host: qemu pid %d, ssh on 127.0.0.1:%d, files in %s\n", m.cmd.Process.Pid, port, dir)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	deadline := time.Now().Add(20 * time.Minute)
 	for {
 		if _, err := os.Stat(filepath.Join(m.Share, "out", "ready")); err == nil {
 			if _, err := m.Exec(ctx, "true"); err == nil {
@@ -121,7 +121,7 @@ func Boot(ctx context.Context, img Image, l Layout, o BootOptions) (*Machine, er
 		}
 		if time.Now().After(deadline) {
 			m.Kill()
-			return nil, fmt.Errorf("labhost: the host was not up within 10 minutes; console: %s", tail(filepath.Join(dir, "console.log"), 2000))
+			return nil, fmt.Errorf("labhost: the host was not up within 20 minutes; console: %s", tail(filepath.Join(dir, "console.log"), 2000))
 		}
 	}
 }
