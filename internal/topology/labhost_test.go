@@ -57,11 +57,11 @@ func untar(t *testing.T, archive string) string {
 }
 
 // Discovery on a real kernel's sysfs: testdata/labhost-sysfs.tar.gz is what the lab host VM's
-// kernel showed (make lab-host, `labhost snapshot`; internal/labhost/snapshot.sh): display
-// controllers standing in for GPUs and NVMe controllers on PCIe expander buses bound to NUMA
-// nodes 0 and 1 behind an emulated Intel IOMMU, an NVMe controller with two SR-IOV VFs per node
-// standing in for the fabric NIC, and one GPU stand-in behind a PCIe-to-PCI bridge sharing its
-// IOMMU group. Production discovery counts none of the stand-ins; lab-host discovery finds
+// kernel showed (make lab-host with GPUAAS_LABHOST_SNAPSHOT; internal/labhost/snapshot.sh), in
+// a layout of two GPU stand-ins and two slot disks per node: display controllers standing in
+// for GPUs and NVMe controllers on PCIe expander buses bound to NUMA nodes 0 and 1 behind an
+// emulated Intel IOMMU, an NVMe controller with two SR-IOV VFs per node standing in for the
+// fabric NIC, and one GPU stand-in behind a PCIe-to-PCI bridge sharing its IOMMU group. Production discovery counts none of the stand-ins; lab-host discovery finds
 // every one with the NUMA node and IOMMU group the kernel gave it.
 func TestDiscoverLabHostKernelSnapshot(t *testing.T) {
 	root := untar(t, filepath.Join("testdata", "labhost-sysfs.tar.gz"))
