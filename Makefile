@@ -107,7 +107,7 @@ lab-host: deps
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/lab-host/ ./cmd/gpuaas-hostd
 	set -o pipefail; GPUAAS_LAB_HOST=1 GPUAAS_LABHOST_HOSTD=$(CURDIR)/bin/lab-host/gpuaas-hostd \
 		$(GO) test -count=1 -timeout 150m -v -run 'TestLabHost$$' ./internal/e2e 2>&1 | tee bin/lab-host.log | \
-		grep -E 'lab host:|^\s*> (labhost|exec gpuaasctl (alloc|topology|nodes reconcile|slots approve))|\[[0-9.]+s\]$$|[a-z_]+ +(ok|failed|skipped) |^\s*--- |^(ok|FAIL)'
+		grep -E 'lab host:|^\s*> (labhost|exec gpuaasctl (alloc|topology|nodes reconcile|slots approve))|slice\.vm_(provision|release) #|^\s*--- |^(ok|FAIL)'
 
 # lab-libvirtd restarts the machine's libvirtd under a running domain and a running lab slice
 # VM and checks hostd carries on (root, libvirtd started with `libvirtd -d`). It runs alone:
