@@ -138,7 +138,7 @@ soak: deps build
 
 # failover loses the PostgreSQL primary under load and promotes its streaming standby
 # (synchronous and asynchronous), then brings the old primary back on its own
-# (docs/operations.md "Losing the database primary") and prints what it measured: the
+# (docs/database-failover.md) and prints what it measured: the
 # unavailability window, readiness, wake-ups, what the asynchronous standby lost. 1.5 to 2
 # minutes on a shared 2-core machine; `make test` runs it after the other packages (whose
 # run skips these tests), so their PostgreSQL pairs do not compete with the other fault tests.

@@ -17,7 +17,7 @@ func newBackupCmd(version string, stdout, stderr io.Writer) *cobra.Command {
 state directory's identity files, which hosts pin: without them every host must enroll again.
 It runs beside live controllers (pg_dump reads one snapshot). The archive holds the CA key
 and the task-signing key: keep it in your secret store. For point-in-time recovery of a large
-database use base backups and WAL archiving instead (docs/operations.md), and back up the
+database use base backups and WAL archiving instead (docs/backup.md), and back up the
 state directory with this command or by copying the same files.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

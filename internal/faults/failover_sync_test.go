@@ -20,7 +20,7 @@ var failoverFlags = []string{"--task-lease", "30s"}
 // no server accepts writes and 200 after, and answer tenants with a retryable 503 in our
 // words, never a 500 or database text, never past the request timeout. Hosts run every task
 // once and deliver every result; NOTIFY wake-ups work on the new primary. The unavailability
-// window and the wake-up time are printed (docs/operations.md quotes them).
+// window and the wake-up time are printed (docs/database-failover.md quotes them).
 func TestDBFailoverSynchronousStandby(t *testing.T) {
 	c, pair := newFailoverCluster(t, true, failoverFlags...)
 	var hosts []*host
