@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,7 +149,7 @@ type host struct {
 	cfg    string
 	args   []string
 	cmd    *exec.Cmd
-	exited chan error
+	exited <-chan error
 }
 
 // addHost registers a node with eight slots, enrolls a hostd against servers and starts it.
@@ -186,18 +185,10 @@ func (c *cluster) addHost(servers []string, runArgs ...string) *host {
 
 func (h *host) start() {
 	h.c.t.Helper()
-	lf, err := os.OpenFile(filepath.Join(h.dir, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	var err error
+	if h.cmd, h.exited, err = benchenv.StartLogged(filepath.Join(h.dir, "hostd.log"), filepath.Join(binDir, "gpuaas-hostd"), h.args...); err != nil {
 		h.c.t.Fatal(err)
 	}
-	h.cmd = exec.Command(filepath.Join(binDir, "gpuaas-hostd"), h.args...)
-	h.cmd.Stdout, h.cmd.Stderr = lf, lf
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := h.cmd.Start(); err != nil {
-		h.c.t.Fatal(err)
-	}
-	h.exited = make(chan error, 1)
-	go func() { err := h.cmd.Wait(); lf.Close(); h.exited <- err }()
 }
 
 func (h *host) stop() {

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ type host struct {
 	dir    string
 	args   []string
 	cmd    *exec.Cmd
-	exited chan error
+	exited <-chan error
 }
 
 // ctlFlags are what both releases' controllers run with (the sim hosts are allowed through
@@ -221,18 +220,10 @@ func (p *plane) addHost(bin string) *host {
 
 func (h *host) start(bin string) {
 	h.p.t.Helper()
-	lf, err := os.OpenFile(filepath.Join(h.dir, "hostd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	var err error
+	if h.cmd, h.exited, err = benchenv.StartLogged(filepath.Join(h.dir, "hostd.log"), filepath.Join(bin, "gpuaas-hostd"), h.args...); err != nil {
 		h.p.t.Fatal(err)
 	}
-	h.cmd = exec.Command(filepath.Join(bin, "gpuaas-hostd"), h.args...)
-	h.cmd.Stdout, h.cmd.Stderr = lf, lf
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := h.cmd.Start(); err != nil {
-		h.p.t.Fatal(err)
-	}
-	h.exited = make(chan error, 1)
-	go func() { err := h.cmd.Wait(); lf.Close(); h.exited <- err }()
 }
 
 func (h *host) stop() {

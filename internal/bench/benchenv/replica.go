@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -81,4 +82,23 @@ func StopProcess(p *os.Process, exited <-chan error) {
 		_ = p.Kill()
 		<-exited
 	}
+}
+
+// StartLogged starts bin with args, its output appended to logPath, killed if this process
+// dies; exited delivers its Wait result (for StopProcess).
+func StartLogged(logPath, bin string, args ...string) (*exec.Cmd, <-chan error, error) {
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { err := cmd.Wait(); lf.Close(); exited <- err }()
+	return cmd, exited, nil
 }
