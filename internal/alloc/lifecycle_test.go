@@ -392,3 +392,72 @@ func TestClaimsCarryTheirSlotsDevices(t *testing.T) {
 		}
 	}
 }
+
+// A failed allocation whose slot was proven wiped and put back on sale (by its cleanup, or
+// by an operator's repair wipe) lets go of it: the tenant's later release neither touches
+// the slot, now the next allocation's, nor plans a wipe of it, and it finishes released.
+func TestReleaseOfACleanedFailedAllocationLeavesItsFormerSlotAlone(t *testing.T) {
+	for _, path := range []string{"cleanup", "repair"} {
+		t.Run(path, func(t *testing.T) {
+			b := setup(t)
+			b.addNode("n1", 1, withSlots(0))
+			a := b.mustCreate(1)
+			if err := b.svc.MarkProvisioning(b.ctx, a.ID); err != nil {
+				t.Fatal(err)
+			}
+			full, _ := b.svc.Get(b.ctx, b.admin, a.ID)
+			slot := full.Claims[0].SlotID
+			proof := b.signed("n1", alloc.WipeProof{Verified: true, Method: "blkdiscard_zero_verify"})
+			if path == "cleanup" {
+				if err := b.svc.MarkFailed(b.ctx, a.ID, "image_write_convert: qemu-img exited 1"); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.svc.CleanupFailed(b.ctx, a.ID, map[string]alloc.WipeProof{slot: proof}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err := b.svc.MarkPlanInvalid(b.ctx, a.ID, "disk mounted on the host"); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.svc.RepairSlot(b.ctx, slot, proof); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s := slotStatus(b, "n1", 0); s != "available" {
+				t.Fatalf("slot after the failed allocation's %s = %s", path, s)
+			}
+			next := b.mustCreate(1) // the slot is sold again
+			if err := b.svc.MarkProvisioning(b.ctx, next.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.svc.MarkActive(b.ctx, next.ID); err != nil {
+				t.Fatal(err)
+			}
+			rel, err := b.svc.Release(b.ctx, b.tenant, a.ID)
+			if err != nil {
+				t.Fatalf("release of the cleaned failed allocation: %v", err)
+			}
+			if s := slotStatus(b, "n1", 0); s != "active" {
+				t.Fatalf("the next tenant's slot = %s after the old allocation's release, want active", s)
+			}
+			var plan map[string]store.DispatchInfo
+			b.tx(func(tx *store.Tx) (err error) { plan, err = tx.DispatchInfos(b.ctx, []string{a.ID}); return err })
+			if n := len(plan[a.ID].Snapshots); n != 0 {
+				t.Fatalf("the old allocation's release plans a wipe of %d slot(s), one of them the next tenant's", n)
+			}
+			if rel.Status != "released" {
+				if err := b.svc.CompleteRelease(b.ctx, a.ID, nil); err != nil {
+					t.Fatalf("complete release: %v", err)
+				}
+			}
+			got, _ := b.svc.Get(b.ctx, b.tenant, a.ID)
+			if got.Status != "released" {
+				t.Fatalf("old allocation = %s, want released", got.Status)
+			}
+			if s := slotStatus(b, "n1", 0); s != "active" {
+				t.Fatalf("the next tenant's slot = %s after the old allocation's release completed, want active", s)
+			}
+			b.invariants()
+		})
+	}
+}
