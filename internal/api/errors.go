@@ -43,6 +43,8 @@ func statusFor(code string) int {
 		return http.StatusConflict
 	case apiv1.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case apiv1.CodeCursorExpired:
+		return http.StatusGone
 	case apiv1.CodeRateLimited:
 		return http.StatusTooManyRequests
 	case apiv1.CodeUnavailable:
@@ -59,7 +61,10 @@ func toAPIError(err error) *apiv1.Error {
 		return ae
 	}
 	var dbe *store.DBError
+	var expired *store.CursorExpiredError
 	switch {
+	case errors.As(err, &expired):
+		return apiErr(apiv1.CodeCursorExpired, expired.Error(), map[string]any{"pruned_through": expired.PrunedThrough.String()})
 	case errors.Is(err, store.ErrNotFound):
 		return errNotFound("not found")
 	case errors.Is(err, store.ErrSimulated):

@@ -247,3 +247,35 @@ func TestEventsForPhasesAndWipes(t *testing.T) {
 		t.Fatalf("events\n got %v\nwant %v", got, want)
 	}
 }
+
+// A cursor the event log's retention overtook is answered 410 cursor_expired in our words,
+// saying how to start again, never with a silent gap.
+func TestEventsCursorOvertakenByRetentionIsGone(t *testing.T) {
+	b := setup(t)
+	b.world()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, typ := range []string{"test.old_one", "test.old_two"} {
+		if _, err := conn.Exec(ctx, `INSERT INTO events (type, created_at) VALUES ($1, now() - interval '40 days')`, typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var page apiv1.EventPage
+	b.must("GET", "/api/v1/events?limit=1", b.admin, nil, 200, &page)
+	if len(page.Events) != 1 || page.Events[0].Type != "test.old_one" {
+		t.Fatalf("first event = %+v", page.Events)
+	}
+	if n, err := b.st.PruneEvents(ctx, 30*24*time.Hour, 100); err != nil || n != 2 {
+		t.Fatalf("prune removed %d, %v; want the 2 old events", n, err)
+	}
+	code, body := b.do("GET", "/api/v1/events?after="+page.NextCursor, b.admin, nil)
+	e := apiError(t, body)
+	if code != 410 || e.Code != apiv1.CodeCursorExpired || !strings.Contains(e.Message, "without a cursor") || strings.Contains(e.Message, "SQLSTATE") {
+		t.Fatalf("read after an overtaken cursor = %d %s", code, body)
+	}
+	b.must("GET", "/api/v1/events", b.admin, nil, 200, &page)
+}

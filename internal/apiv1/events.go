@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// CodeCursorExpired: events after the cursor were removed by the log's retention before they
+// were read (410); details carry pruned_through. Read again without a cursor (or with since=).
+const CodeCursorExpired = "cursor_expired"
+
 // Event is one entry of the event log (GET /api/v1/events). Cursor is opaque: pass the
 // page's NextCursor back as ?after= to resume with no gap and no duplicate.
 type Event struct {

@@ -93,7 +93,7 @@ Exit status:
   2  usage: bad flag or argument; invalid_request, payload_too_large
   3  unauthorized or forbidden, or no token configured
   4  not_found
-  5  conflict, idempotency_key_reused
+  5  conflict, idempotency_key_reused, cursor_expired
   6  sku_unavailable (the reason is printed; see 'gpuaasctl alloc explain'), quota_exceeded
   7  controller unreachable, or unavailable (retryable)`
 

@@ -57,6 +57,9 @@ type Config struct {
 	// ImageKeys is the file of trusted image publisher keys ("NAME BASE64KEY" lines,
 	// imagesig); empty: none, and no signed image can be registered.
 	ImageKeys string `mapstructure:"image_keys"`
+	// EventRetention is how long the event log keeps an event (0: forever); webhooks' owed
+	// events are kept past it until delivered or dead.
+	EventRetention time.Duration `mapstructure:"event_retention"`
 }
 
 // DefaultStateDir is where a packaged controller keeps its state.
@@ -112,6 +115,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.Bool(n, false, "let webhooks reach loopback, private and link-local addresses (refused by default at connect time: no requests into the controller's own network)")
 		case "image-keys":
 			fs.String(n, "", "file of trusted image publisher keys, one \"NAME BASE64-ED25519-PUBLIC-KEY\" per line: image signatures must verify against one; hosts get them in each provisioning task (docs/images.md)")
+		case "event-retention":
+			fs.Duration(n, 30*24*time.Hour, "keep events this long (at least 24h; 0 keeps them forever): older ones are removed with their finished webhook deliveries, never one a webhook still owes; a reader whose cursor they passed gets 410 cursor_expired")
 		case "config":
 			fs.String(n, "", "config file (YAML); keys as flag names with _ for -")
 		}
@@ -195,6 +200,9 @@ func (c Config) validate(fs *pflag.FlagSet) error {
 		if _, err := parseMaxProcs(c.MaxProcs); err != nil {
 			return err
 		}
+	}
+	if c.EventRetention < 0 || (c.EventRetention > 0 && c.EventRetention < 24*time.Hour) {
+		return fmt.Errorf("--event-retention must be 0 (keep forever) or at least 24h")
 	}
 	if fs.Lookup("max-db-conns") != nil && (c.MaxDBConns < 2 || c.MaxDBConns > 500) {
 		return fmt.Errorf("--max-db-conns must be 2..500")

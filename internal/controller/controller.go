@@ -224,6 +224,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return err
 	}
 	go hooks.Run(dctx)
+	go pruneEvents(dctx, hostSt, cfg.EventRetention, log)
 	tlsCfg, err := pki.ServerTLSConfig(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)

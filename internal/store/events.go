@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -143,6 +144,17 @@ func readEvents(ctx context.Context, q querier, f EventFilter) ([]Event, EventCu
 	if err != nil {
 		return nil, f.After, err
 	}
+	// Checked after the read: a prune that committed before the read's snapshot has moved
+	// the mark by now, so a cursor it overtook is never answered with a silent gap.
+	if f.After != (EventCursor{}) {
+		pruned, err := prunedThrough(ctx, q)
+		if err != nil {
+			return nil, f.After, err
+		}
+		if f.After.Less(pruned) {
+			return nil, f.After, &CursorExpiredError{Cursor: f.After, PrunedThrough: pruned}
+		}
+	}
 	next := f.After
 	if len(evs) > 0 {
 		next = evs[len(evs)-1].Cursor
@@ -188,4 +200,39 @@ func (s *Store) EventClockBehind(ctx context.Context) (bool, error) {
 	var behind bool
 	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT xid FROM events ORDER BY xid DESC LIMIT 1) >= pg_snapshot_xmax(pg_current_snapshot()), false)`).Scan(&behind)
 	return behind, translate(err)
+}
+
+// CursorExpiredError: events after the cursor were removed by retention before the reader
+// got to them (the reader starts again without a cursor, or with since=).
+type CursorExpiredError struct {
+	Cursor, PrunedThrough EventCursor
+}
+
+func (e *CursorExpiredError) Error() string {
+	return fmt.Sprintf("events after cursor %s were removed by the event log's retention (pruned through %s): read again without a cursor, or with since=", e.Cursor, e.PrunedThrough)
+}
+
+// prunedThrough is the cursor of the last event retention removed (zero: none).
+func prunedThrough(ctx context.Context, q querier) (EventCursor, error) {
+	var x string
+	var c EventCursor
+	err := q.QueryRow(ctx, `SELECT xid::text, id FROM events_pruned`).Scan(&x, &c.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return EventCursor{}, nil
+	}
+	if err != nil {
+		return EventCursor{}, translate(err)
+	}
+	c.XID, err = strconv.ParseUint(x, 10, 64)
+	return c, err
+}
+
+// PruneEvents removes up to batch of the oldest events older than keep (at least a day),
+// with their finished webhook deliveries, stopping at the first event still owed to a
+// webhook (migration 028); it returns how many it removed (0 also when another replica is
+// pruning at the same moment).
+func (s *Store) PruneEvents(ctx context.Context, keep time.Duration, batch int) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT prune_events(make_interval(secs => $1), $2)`, keep.Seconds(), batch).Scan(&n)
+	return n, translate(err)
 }

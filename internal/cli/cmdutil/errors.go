@@ -16,7 +16,7 @@ const (
 	ExitUsage          = 2 // bad flags or arguments, invalid_request, payload_too_large
 	ExitAuth           = 3 // unauthorized, forbidden, no token
 	ExitNotFound       = 4
-	ExitConflict       = 5 // conflict, idempotency_key_reused
+	ExitConflict       = 5 // conflict, idempotency_key_reused, cursor_expired
 	ExitSKUUnavailable = 6 // sku_unavailable, quota_exceeded: nothing can be placed for this request now
 	ExitUnavailable    = 7 // controller unreachable, unavailable or rate_limited (retryable)
 )
@@ -99,7 +99,7 @@ func ExitCode(err error) int {
 			return ExitAuth
 		case apiv1.CodeNotFound:
 			return ExitNotFound
-		case apiv1.CodeConflict, apiv1.CodeIdempotencyReused:
+		case apiv1.CodeConflict, apiv1.CodeIdempotencyReused, apiv1.CodeCursorExpired:
 			return ExitConflict
 		case apiv1.CodeSKUUnavailable, apiv1.CodeQuotaExceeded:
 			return ExitSKUUnavailable
