@@ -799,4 +799,8 @@ type ImageSmokeTest struct {
 	StartedAt        time.Time `json:"started_at"`
 	// Current says the test was of the image's current digest (only such a pass counts).
 	Current bool `json:"current"`
+	// GPUCheck is what the guest's GPU check said after the boot: "ok: nvidia-smi lists N
+	// GPUs: ...", "failed: ..." (a failed check fails the test), "none: no GPU here (lab
+	// host ...)", or "not run (...)" when the probe was skipped; "" while none ran yet.
+	GPUCheck string `json:"gpu_check,omitempty"`
 }

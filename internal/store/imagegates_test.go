@@ -111,3 +111,74 @@ func TestDatabaseGatesImageActivationAndRetirement(t *testing.T) {
 		t.Fatalf("store create of an active image, untested images allowed: %v", err)
 	}
 }
+
+// A smoke test's GPU evidence is the guest GPU check the host's probe reported after the boot
+// (nvidia-smi in the guest, or "no GPU here" on a lab host). The test view shows it, and a
+// failed check fails the test: the activation gate and the test's status both refuse it,
+// even though its allocation reached active.
+func TestSmokeTestShowsItsGPUCheckAndAFailedOneIsNoPass(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	conn := connect(t, url)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := addNode(t, st, "smoke-1", 92)
+	var tenant string
+	if err := conn.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('gpuaas-image-validation') RETURNING id::text`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	// smoke registers a pending image, boots it (its allocation reached active) and records
+	// the provision task's probe detail; it returns the image id.
+	smoke := func(slug, n2 string, probe string) string {
+		t.Helper()
+		digest := strings.Repeat(n2, 32)
+		var img, alloc string
+		if err := conn.QueryRow(ctx, `INSERT INTO os_images (slug, display_name, version, target, family, architecture, image_format,
+			source_type, source_ref, digest_sha256, default_username, driver_strategy, active)
+			VALUES ($1, $1, '1', 'vm_slice', 'debian', 'amd64', 'qcow2', 'http', 'https://images.example/x.qcow2', $2, 'debian', 'none', false)
+			RETURNING id::text`, slug, digest).Scan(&img); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, `INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id, os_image_id,
+				image_snapshot, price_snapshot) VALUES ($1, 'h200-sxm-slice', 'gpu_slice', 1, 'lab', $2, $3, jsonb_build_object('digest_sha256', $4::text), '{}')
+				RETURNING id::text`, tenant, n.ID, img, digest).Scan(&alloc); err != nil {
+			t.Fatal(err)
+		}
+		exec(`INSERT INTO image_smoke_tests (image_id, digest_sha256, allocation_id, node_id) VALUES ($1, $2, $3, $4)`, img, digest, alloc, n.ID)
+		exec(`INSERT INTO node_tasks (node_id, allocation_id, type, payload, status, not_after, phases, completed_at)
+			VALUES ($1, $2, 'slice.vm_provision', '{}', 'succeeded', now() + interval '1 hour',
+			        jsonb_build_array(jsonb_build_object('name', 'readiness', 'status', 'ok', 'detail', 'ssh ok'),
+			                          jsonb_build_object('name', 'performance_probe', 'status', 'ok', 'detail', $3::text)), now())`,
+			n.ID, alloc, probe)
+		exec(`UPDATE allocations SET active_at = now() WHERE id = $1`, alloc)
+		return img
+	}
+	lab := smoke("lab-image", "a1", "cpus=2 mem_kb=1000; gpu_check none: no GPU here (lab host: the slot's GPU is an emulated stand-in; nvidia-smi not run)")
+	gpu := smoke("gpu-image", "b2", "cpus=24 mem_kb=64000; gpu_check ok: nvidia-smi lists 1 GPUs: NVIDIA H200, 143771 MiB")
+	broken := smoke("broken-image", "c3", "cpus=24 mem_kb=64000; gpu_check failed: nvidia-smi in the guest: Process exited with status 9: NVIDIA-SMI has failed")
+
+	for _, c := range []struct{ img, slug, status, check string }{
+		{lab, "lab-image", "passed", "none: no GPU here (lab host"},
+		{gpu, "gpu-image", "passed", "ok: nvidia-smi lists 1 GPUs: NVIDIA H200"},
+		{broken, "broken-image", "failed", "failed: nvidia-smi in the guest"},
+	} {
+		tests, err := st.SmokeTests(ctx, c.slug)
+		if err != nil || len(tests) != 1 {
+			t.Fatalf("%s: smoke tests %+v, %v", c.slug, tests, err)
+		}
+		if tests[0].Status != c.status || !strings.HasPrefix(tests[0].GPUCheck, c.check) {
+			t.Fatalf("%s: status %q, gpu check %q; want %q, %q…", c.slug, tests[0].Status, tests[0].GPUCheck, c.status, c.check)
+		}
+		_, err = conn.Exec(ctx, `UPDATE os_images SET active = true WHERE id = $1`, c.img)
+		if c.status == "passed" && err != nil {
+			t.Fatalf("%s: activation after a passed test: %v", c.slug, err)
+		}
+		if c.status == "failed" && (err == nil || !strings.Contains(err.Error(), "no passed smoke test")) {
+			t.Fatalf("%s: activation after a failed GPU check: %v, want refused", c.slug, err)
+		}
+	}
+}

@@ -20,7 +20,7 @@ import (
 
 func printSmokeTests(w io.Writer, o output.Format, v any, tests []apiv1.ImageSmokeTest) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Header("smoke tests", len(tests), "ID", "IMAGE", "NODE", "STATUS", "READY IN", "DIGEST", "ALLOCATION", "NOTE")
+		t.Header("smoke tests", len(tests), "ID", "IMAGE", "NODE", "STATUS", "READY IN", "DIGEST", "ALLOCATION", "GPU CHECK", "NOTE")
 		for _, s := range tests {
 			note := s.FailureReason
 			if s.Simulated {
@@ -33,7 +33,7 @@ func printSmokeTests(w io.Writer, o output.Format, v any, tests []apiv1.ImageSmo
 			if s.Status == "passed" {
 				ready = output.Millis(s.TimeToReadyMS)
 			}
-			t.Row(s.ID, s.Image, s.Node, s.Status, ready, s.DigestSHA256[:16]+"…", s.AllocationID, output.Dash(note))
+			t.Row(s.ID, s.Image, s.Node, s.Status, ready, s.DigestSHA256[:16]+"…", s.AllocationID, output.Dash(s.GPUCheck), output.Dash(note))
 		}
 	})
 }

@@ -48,8 +48,37 @@ CREATE TRIGGER allocations_refuse_retired_image BEFORE INSERT ON allocations
     FOR EACH ROW WHEN (NEW.os_image_id IS NOT NULL)
     EXECUTE FUNCTION allocations_refuse_retired_image();
 
+-- The GPU check: after the boot, the host's performance probe runs nvidia-smi in the guest
+-- and reports "gpu_check ok: ...", "gpu_check failed: ..." or, on a lab host whose GPUs are
+-- emulated stand-ins, "gpu_check none: no GPU here ..." in that phase's detail (slicevm
+-- gpuCheck). A smoke test whose check failed has not passed, whatever its allocation did.
+CREATE FUNCTION image_smoke_gpu_check(alloc uuid) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce((
+        SELECT CASE WHEN ph->>'detail' ~ 'gpu_check (ok|failed|none): '
+                    THEN substring(ph->>'detail' from 'gpu_check ((?:ok|failed|none): .*)$')
+                    ELSE 'not run (' || (ph->>'status') || coalesce(': ' || (ph->>'detail'), '') || ')' END
+        FROM node_tasks k
+        CROSS JOIN LATERAL jsonb_array_elements(CASE jsonb_typeof(k.phases) WHEN 'array' THEN k.phases ELSE '[]' END) ph
+        WHERE k.allocation_id = alloc AND k.type = 'slice.vm_provision' AND ph->>'name' = 'performance_probe'
+        ORDER BY k.created_at DESC LIMIT 1), '')
+$$;
+CREATE FUNCTION image_smoke_gpu_failed(alloc uuid) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT image_smoke_gpu_check(alloc) LIKE 'failed:%'
+$$;
+CREATE OR REPLACE FUNCTION image_smoke_passed(image uuid, digest text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM image_smoke_tests t JOIN allocations a ON a.id = t.allocation_id
+                   WHERE t.image_id = image AND t.digest_sha256 = digest AND a.active_at IS NOT NULL
+                     AND NOT image_smoke_gpu_failed(t.allocation_id))
+$$;
+
 ---- create above / drop below ----
 
+CREATE OR REPLACE FUNCTION image_smoke_passed(image uuid, digest text) RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM image_smoke_tests t JOIN allocations a ON a.id = t.allocation_id
+                   WHERE t.image_id = image AND t.digest_sha256 = digest AND a.active_at IS NOT NULL)
+$$;
+DROP FUNCTION IF EXISTS image_smoke_gpu_failed(uuid);
+DROP FUNCTION IF EXISTS image_smoke_gpu_check(uuid);
 DROP TRIGGER IF EXISTS allocations_refuse_retired_image ON allocations;
 DROP FUNCTION IF EXISTS allocations_refuse_retired_image();
 DROP TRIGGER IF EXISTS os_images_activation_gate_update ON os_images;
