@@ -70,6 +70,9 @@ type SKU struct {
 	// trusted key verifies (checked by the controller at create and by the host before it
 	// writes the image).
 	RequiresSignedImages bool `json:"requires_signed_images"`
+	// WarmSlots: hosts write this SKU's default image onto its idle slots' disks after each
+	// wipe proof, so a provision of that image skips the disk write (docs/images.md).
+	WarmSlots bool `json:"warm_slots"`
 }
 
 // SKUPatch updates mutable SKU fields; nil fields are left as they are.
@@ -81,6 +84,7 @@ type SKUPatch struct {
 	ValidationPolicy     *string          `json:"validation_policy,omitempty"`
 	Active               *bool            `json:"active,omitempty"`
 	RequiresSignedImages *bool            `json:"requires_signed_images,omitempty"`
+	WarmSlots            *bool            `json:"warm_slots,omitempty"`
 }
 
 // Node modes derived from admin intent, readiness, slots and live claims (seed 001 "Mixed Node State").
@@ -183,6 +187,9 @@ type Slot struct {
 	Health           string          `json:"health"`
 	HealthReason     string          `json:"health_reason,omitempty"`
 	HealthSince      *time.Time      `json:"health_since,omitempty"`
+	// StagedImage is the image the host wrote onto this idle slot's disk after its last wipe
+	// proof (warm slots, docs/images.md); nil when none.
+	StagedImage *SlotStagedImage `json:"staged_image,omitempty"`
 	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
 	SharingModel     string          `json:"sharing_model"`
 	ProfileName      string          `json:"profile_name,omitempty"`
@@ -780,6 +787,15 @@ type ImageRolloutStatus struct {
 // ImageSmokeTestCreate asks for a smoke test of an image on a node.
 type ImageSmokeTestCreate struct {
 	Node string `json:"node"` // node id or name
+}
+
+// SlotStagedImage is an image staged on an idle slot's disk: which, when, and after which
+// verified wipe proof (slot_wipe_proofs id).
+type SlotStagedImage struct {
+	ImageID      string    `json:"image_id"`
+	DigestSHA256 string    `json:"digest_sha256"`
+	StagedAt     time.Time `json:"staged_at"`
+	AfterProof   int64     `json:"after_wipe_proof"`
 }
 
 // ImageSmokeTest is one smoke test of an image: a validation allocation of one slot on the

@@ -51,6 +51,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 		alreadyRunning           bool
 		signer                   ssh.Signer
 		started                  time.Time
+		staged                   map[string]StagedImage // what was staged on the slots' disks, taken by this provision
 	)
 	steps := []struct {
 		name string
@@ -73,6 +74,8 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			}
 			slots := slotIDs(p.Bundles)
 			cleanup = append(cleanup, func() { _, _ = h.cfg.Leases.Release(p.AllocationID, slots) })
+			// The disks are this allocation's now: a staging on them stops and its record goes.
+			staged = h.takeStaged(p.Bundles)
 			return fmt.Sprintf("%d slot leases until %s", len(ls), ls[0].ExpiresAt.UTC().Format(time.RFC3339)), nil
 		}},
 		{"host_dependencies", func() (string, error) { return h.checkDependencies() }},
@@ -237,6 +240,9 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 		{"image_write_convert", func() (string, error) {
 			if alreadyRunning {
 				return "", Skip("domain already running (retried task): its boot disk is in use")
+			}
+			if why := stagedSkip(staged, boot, disks[0], p.Image.DigestSHA256); why != "" {
+				return "", Skip(why)
 			}
 			format := p.Image.Format
 			if format == "" {
