@@ -274,6 +274,13 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 	if err != nil {
 		return err
 	}
+	if out.WarmSlots && req.WarmSlots != nil && s.dispatch != nil {
+		// Warm slots turned on: the SKU's idle slots proven clean are staged now, not only
+		// after their next release (best effort: a slot left cold is only a slower provision).
+		if err := s.dispatch.StageSKU(r.Context(), name); err != nil {
+			s.log.Warn("warm slots: staging not queued", "sku", name, "err", err)
+		}
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -33,6 +33,21 @@ func (d *Dispatcher) stageAfter(ctx context.Context, tr store.TaskRecord) {
 	}
 }
 
+// StageSKU queues stagings on every node whose slices are sku (its warm-slot policy was
+// just turned on).
+func (d *Dispatcher) StageSKU(ctx context.Context, sku string) error {
+	nodes, err := d.st.NodesOfSliceSKU(ctx, sku)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := d.queueStaging(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // queueStaging queues slot.image_stage for each of nodeID's idle slots a warm SKU's default
 // image is not staged on yet (store.StageCandidates).
 func (d *Dispatcher) queueStaging(ctx context.Context, nodeID string) error {

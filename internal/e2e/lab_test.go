@@ -191,6 +191,40 @@ func waitSlots(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Fatalf("node %s: slots by status %v after %s, want %d %s", args[0], got, timeout, want, args[1])
 }
 
+// waitStaged waits until N of a node's slots have an image staged on their disks (warm
+// slots). Usage: waitstaged NODE N [timeout]
+func waitStaged(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: waitstaged NODE N [timeout]")
+	}
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	timeout := 120 * time.Second
+	if len(args) == 3 {
+		timeout, err = time.ParseDuration(args[2])
+		ts.Check(err)
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(timeout)
+	got := 0
+	for time.Now().Before(deadline) {
+		slots, err := c.ListSlots(context.Background(), args[0])
+		if err == nil {
+			got = 0
+			for _, s := range slots {
+				if s.StagedImage != nil {
+					got++
+				}
+			}
+			if got == want {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // slot poll; the deadline bounds it
+	}
+	ts.Fatalf("node %s: %d slots staged after %s, want %d", args[0], got, timeout, want)
+}
+
 // labMount formats a device and mounts it (unmounted when the script ends).
 // Usage: labmount DEVICE DIR
 func labMount(ts *testscript.TestScript, neg bool, args []string) {

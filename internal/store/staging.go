@@ -84,6 +84,12 @@ func (s *Store) StageCandidates(ctx context.Context, nodeID string) ([]StageCand
 	return out, nil
 }
 
+// NodesOfSliceSKU are the ids of the nodes whose slices are sku.
+func (s *Store) NodesOfSliceSKU(ctx context.Context, sku string) ([]string, error) {
+	return queryAll(ctx, s.pool, func(r pgx.Row, id *string) error { return r.Scan(id) },
+		`SELECT id::text FROM nodes WHERE slice_sku = $1 ORDER BY name`, sku)
+}
+
 // RecordStaged records that imageID (at digest) was written onto slotID's disk after wipe
 // proof afterProof. A slot that is no longer idle, or was wiped again since (another proof
 // is its latest), is left alone: recorded reports false. The database refuses a record on a
