@@ -184,32 +184,29 @@ type Slot struct {
 	NeedsWipe bool `json:"needs_wipe,omitempty"`
 	// Health: healthy, degraded (still sold) or quarantined (never placed until an operator
 	// clears it after a passed validation), with the reason and since when (docs/health.md).
-	Health       string     `json:"health"`
-	HealthReason string     `json:"health_reason,omitempty"`
-	HealthSince  *time.Time `json:"health_since,omitempty"`
-	// StagedImage is the image the host wrote onto this idle slot's disk after its last wipe
-	// proof (warm slots, docs/images.md); nil when none.
-	StagedImage      *SlotStagedImage `json:"staged_image,omitempty"`
-	ParentSlotID     string           `json:"parent_slot_id,omitempty"`
-	SharingModel     string           `json:"sharing_model"`
-	ProfileName      string           `json:"profile_name,omitempty"`
-	GPUModel         string           `json:"gpu_model,omitempty"`
-	GPUCount         int              `json:"gpu_count"`
-	PCIAddress       string           `json:"pci_address"`
-	GPUUUID          string           `json:"gpu_uuid,omitempty"`
-	MIGProfile       string           `json:"mig_profile,omitempty"`
-	GPUMemoryMiB     int              `json:"gpu_memory_mib"`
-	ComputeMilli     int              `json:"compute_milli"`
-	MaxClaims        int              `json:"max_claims"`
-	NVMeDevice       string           `json:"nvme_device"`
-	NetworkFabric    string           `json:"network_fabric"`
-	NetworkDevice    string           `json:"network_device,omitempty"`
-	FabricPCIAddress string           `json:"fabric_pci_address,omitempty"`
-	FabricDeviceID   string           `json:"fabric_device_id,omitempty"`
-	FabricMetadata   json.RawMessage  `json:"fabric_metadata"`
-	NUMANode         *int             `json:"numa_node"`
-	VCPUCount        *int             `json:"vcpu_count,omitempty"`
-	MemoryMiB        *int             `json:"memory_mib,omitempty"`
+	Health           string          `json:"health"`
+	HealthReason     string          `json:"health_reason,omitempty"`
+	HealthSince      *time.Time      `json:"health_since,omitempty"`
+	ParentSlotID     string          `json:"parent_slot_id,omitempty"`
+	SharingModel     string          `json:"sharing_model"`
+	ProfileName      string          `json:"profile_name,omitempty"`
+	GPUModel         string          `json:"gpu_model,omitempty"`
+	GPUCount         int             `json:"gpu_count"`
+	PCIAddress       string          `json:"pci_address"`
+	GPUUUID          string          `json:"gpu_uuid,omitempty"`
+	MIGProfile       string          `json:"mig_profile,omitempty"`
+	GPUMemoryMiB     int             `json:"gpu_memory_mib"`
+	ComputeMilli     int             `json:"compute_milli"`
+	MaxClaims        int             `json:"max_claims"`
+	NVMeDevice       string          `json:"nvme_device"`
+	NetworkFabric    string          `json:"network_fabric"`
+	NetworkDevice    string          `json:"network_device,omitempty"`
+	FabricPCIAddress string          `json:"fabric_pci_address,omitempty"`
+	FabricDeviceID   string          `json:"fabric_device_id,omitempty"`
+	FabricMetadata   json.RawMessage `json:"fabric_metadata"`
+	NUMANode         *int            `json:"numa_node"`
+	VCPUCount        *int            `json:"vcpu_count,omitempty"`
+	MemoryMiB        *int            `json:"memory_mib,omitempty"`
 	// HostCPUs is the slot's own host CPU set on its NUMA node (cpulist form, internal/cpuset),
 	// disjoint from every other enabled slot's on the node; its VMs' vCPUs are pinned to it.
 	HostCPUs         string          `json:"host_cpus,omitempty"`
@@ -219,6 +216,9 @@ type Slot struct {
 	HealthMetadata   json.RawMessage `json:"health_metadata"`
 	AllocationID     string          `json:"allocation_id,omitempty"`
 	UpdatedAt        time.Time       `json:"updated_at"`
+	// StagedImage is the image the host wrote onto this idle slot's disk after its last wipe
+	// proof (warm slots, docs/images.md); nil when none.
+	StagedImage *SlotStagedImage `json:"staged_image,omitempty"`
 }
 
 // SlotSpec is one slot of a declarative slot map (a reviewed site topology profile).
