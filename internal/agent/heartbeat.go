@@ -27,7 +27,8 @@ func (a *Agent) sendHeartbeat(ctx context.Context) {
 	facts, _ := json.Marshal(a.facts())
 	hb := apiv1.Heartbeat{AgentVersion: a.version, Runtime: a.runtime.Name(), LabHost: a.cfg.LabHost, RunningTasks: int(a.running.Load()),
 		TaskTypes: []string{string(task.TypeVMProvision), string(task.TypeVMRelease), string(task.TypeTopologyDiscover), string(task.TypePrereqCheck),
-			string(task.TypeStorageTransit), string(task.TypeWipeVerify), string(task.TypeSlotValidate)}, Facts: facts,
+			string(task.TypeStorageTransit), string(task.TypeWipeVerify), string(task.TypeSlotValidate),
+			string(task.TypeImageStage)}, Facts: facts,
 		FirmwareProfile: a.firmwareEvidence(), Prerequisites: a.prereqSummary()}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

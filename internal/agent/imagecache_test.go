@@ -54,10 +54,11 @@ func TestImageCacheMetricsAndFacts(t *testing.T) {
 	}
 	want := map[string]float64{"gpuaas_hostd_image_cache_hits_total": 2, "gpuaas_hostd_image_cache_downloads_total": 2,
 		"gpuaas_hostd_image_cache_evictions_total": 1, "gpuaas_hostd_image_cache_evicted_bytes_total": 1000,
-		"gpuaas_hostd_image_cache_bytes": 1000, "gpuaas_hostd_image_cache_budget_bytes": 1000}
+		"gpuaas_hostd_image_cache_bytes": 1000, "gpuaas_hostd_image_cache_budget_bytes": 1000,
+		"gpuaas_hostd_image_cache_rehashes_total": 0} // each hit found its file unchanged since its download
 	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %v, want %v", k, got[k], v)
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
 	}
 	b, err := json.Marshal(Facts{ImageCache: imageCacheFacts(c)})

@@ -51,6 +51,9 @@ func (m *metrics) registerImageCache(c *imagecache.Cache) {
 		counter("gpuaas_hostd_image_cache_downloads_total", "Images downloaded into the host cache.", func(s imagecache.Stats) int64 { return s.Downloads }),
 		counter("gpuaas_hostd_image_cache_evictions_total", "Images evicted to keep the cache within its budget.", func(s imagecache.Stats) int64 { return s.Evictions }),
 		counter("gpuaas_hostd_image_cache_evicted_bytes_total", "Bytes evicted from the image cache.", func(s imagecache.Stats) int64 { return s.EvictedBytes }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gpuaas_hostd_image_cache_rehashes_total",
+			Help: "Cached images read again to re-verify their digest (their stamp changed since they were last hashed)."},
+			func() float64 { return float64(c.Hashes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuaas_hostd_image_cache_bytes", Help: "Bytes the image cache holds."}, func() float64 {
 			ents, _ := c.Entries()
 			var n int64

@@ -44,7 +44,7 @@ func (a *Agent) writableFor(t task.Type) error {
 // started while the state dir cannot record their outcome.
 func changesHost(t task.Type) bool {
 	switch t {
-	case task.TypeVMProvision, task.TypeVMRelease, task.TypeStorageTransit, task.TypeWipeVerify, task.TypeSlotValidate:
+	case task.TypeVMProvision, task.TypeVMRelease, task.TypeStorageTransit, task.TypeWipeVerify, task.TypeSlotValidate, task.TypeImageStage:
 		return true
 	}
 	return false

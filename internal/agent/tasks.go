@@ -211,7 +211,17 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 			out = res
 			return terr
 		})
+	case *task.ImageStage:
+		st, ok := a.runtime.(slicevm.Stager)
+		if !ok {
+			err = fmt.Errorf("runtime %s cannot stage images", a.runtime.Name())
+			break
+		}
+		out, err = st.Stage(ctx, p, rec)
 	case *task.WipeVerify:
+		if st, ok := a.runtime.(slicevm.Stager); ok {
+			st.DropStaged(p.SlotID) // whatever was staged on the disk is about to be erased
+		}
 		err = rec.Run("wipe_verify", func() error {
 			ev, werr := a.wiper().WipeWith(ctx, disk.WipeOptions{Device: p.Device, Apply: p.Apply, Policy: p.Policy, Identity: p.DiskIdentity})
 			out = a.signedWipe(env, p, ev, werr)

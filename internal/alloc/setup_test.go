@@ -48,6 +48,7 @@ func setupStore(t *testing.T, cfg alloc.Config, opts store.Options) *testBundle 
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
+	opts.AllowUntestedImages = true // the fixture image below is registered active
 	st, err := store.Open(ctx, url, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func setup(t *testing.T) *apiBundle {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.NewDatabase(t)
-	st, err := store.Open(ctx, dsn, store.Options{})
+	st, err := store.Open(ctx, dsn, store.Options{AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,6 +204,9 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 func skuChanges(cur apiv1.SKU, p apiv1.SKUPatch) map[string]any {
 	ch := map[string]any{}
 	add := func(field string, from, to any) { ch[field] = map[string]any{"from": from, "to": to} }
+	if p.WarmSlots != nil {
+		add("warm_slots", cur.WarmSlots, *p.WarmSlots)
+	}
 	if p.RequiresSignedImages != nil {
 		add("requires_signed_images", cur.RequiresSignedImages, *p.RequiresSignedImages)
 	}
@@ -242,8 +245,8 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 		return err
 	}
 	if req.DisplayName == nil && req.AllowedGPUCounts == nil && req.GPUHourlyPriceMinor == nil &&
-		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil {
-		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images")
+		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil && req.WarmSlots == nil {
+		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images, warm_slots")
 	}
 	if req.ResourceProfile != nil && isNull(*req.ResourceProfile) {
 		return errInvalid("resource_profile cannot be null; send {} to clear it")
@@ -270,6 +273,13 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 	}
 	if err != nil {
 		return err
+	}
+	if out.WarmSlots && req.WarmSlots != nil && s.dispatch != nil {
+		// Warm slots turned on: the SKU's idle slots proven clean are staged now, not only
+		// after their next release (best effort: a slot left cold is only a slower provision).
+		if err := s.dispatch.StageSKU(r.Context(), name); err != nil {
+			s.log.Warn("warm slots: staging not queued", "sku", name, "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -38,7 +38,7 @@ func newCatalogAPI(t *testing.T, imageKeys ...imagesig.Key) *catalogAPI {
 	t.Parallel()
 	ctx := context.Background()
 	c := &catalogAPI{t: t, url: pgtest.NewDatabase(t), admin: "gpa_catalog_admin_0123456789", tenant: "gpa_catalog_tenant_0123456789"}
-	st, err := store.Open(ctx, c.url, store.Options{})
+	st, err := store.Open(ctx, c.url, store.Options{AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func secSetup(t *testing.T, sec api.SecurityConfig) *secWorld {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
-	st, err := store.Open(ctx, url, store.Options{})
+	st, err := store.Open(ctx, url, store.Options{AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

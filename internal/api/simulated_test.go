@@ -35,7 +35,7 @@ type simController struct {
 func startSimController(t *testing.T, dsn, pkiDir string, allow bool) *simController {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn, store.Options{AllowSimulated: allow})
+	st, err := store.Open(ctx, dsn, store.Options{AllowSimulated: allow, AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestSimulatedHostIsNotSoldWithoutTheFlag(t *testing.T) {
 	if _, err := pki.Init(pki.InitOptions{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, dsn, store.Options{})
+	st, err := store.Open(ctx, dsn, store.Options{AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

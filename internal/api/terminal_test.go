@@ -33,7 +33,7 @@ func termSetup(t *testing.T, maxPerTenant int) *termWorld {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{})
+	st, err := store.Open(ctx, pgtest.NewDatabase(t), store.Options{AllowUntestedImages: true})
 	if err != nil {
 		t.Fatal(err)
 	}

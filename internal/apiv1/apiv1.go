@@ -70,6 +70,9 @@ type SKU struct {
 	// trusted key verifies (checked by the controller at create and by the host before it
 	// writes the image).
 	RequiresSignedImages bool `json:"requires_signed_images"`
+	// WarmSlots: hosts write this SKU's default image onto its idle slots' disks after each
+	// wipe proof, so a provision of that image skips the disk write (docs/images.md).
+	WarmSlots bool `json:"warm_slots"`
 }
 
 // SKUPatch updates mutable SKU fields; nil fields are left as they are.
@@ -81,6 +84,7 @@ type SKUPatch struct {
 	ValidationPolicy     *string          `json:"validation_policy,omitempty"`
 	Active               *bool            `json:"active,omitempty"`
 	RequiresSignedImages *bool            `json:"requires_signed_images,omitempty"`
+	WarmSlots            *bool            `json:"warm_slots,omitempty"`
 }
 
 // Node modes derived from admin intent, readiness, slots and live claims (seed 001 "Mixed Node State").
@@ -212,6 +216,9 @@ type Slot struct {
 	HealthMetadata   json.RawMessage `json:"health_metadata"`
 	AllocationID     string          `json:"allocation_id,omitempty"`
 	UpdatedAt        time.Time       `json:"updated_at"`
+	// StagedImage is the image the host wrote onto this idle slot's disk after its last wipe
+	// proof (warm slots, docs/images.md); nil when none.
+	StagedImage *SlotStagedImage `json:"staged_image,omitempty"`
 }
 
 // SlotSpec is one slot of a declarative slot map (a reviewed site topology profile).
@@ -782,6 +789,15 @@ type ImageSmokeTestCreate struct {
 	Node string `json:"node"` // node id or name
 }
 
+// SlotStagedImage is an image staged on an idle slot's disk: which, when, and after which
+// verified wipe proof (slot_wipe_proofs id).
+type SlotStagedImage struct {
+	ImageID      string    `json:"image_id"`
+	DigestSHA256 string    `json:"digest_sha256"`
+	StagedAt     time.Time `json:"staged_at"`
+	AfterProof   int64     `json:"after_wipe_proof"`
+}
+
 // ImageSmokeTest is one smoke test of an image: a validation allocation of one slot on the
 // chosen node, booted with the image through the normal provisioning path. Status is
 // running until the allocation reaches active (passed) or fails (failed).
@@ -799,4 +815,8 @@ type ImageSmokeTest struct {
 	StartedAt        time.Time `json:"started_at"`
 	// Current says the test was of the image's current digest (only such a pass counts).
 	Current bool `json:"current"`
+	// GPUCheck is what the guest's GPU check said after the boot: "ok: nvidia-smi lists N
+	// GPUs: ...", "failed: ..." (a failed check fails the test), "none: no GPU here (lab
+	// host ...)", or "not run (...)" when the probe was skipped; "" while none ran yet.
+	GPUCheck string `json:"gpu_check,omitempty"`
 }

@@ -54,7 +54,7 @@ func newServeCmd(version string, stderr io.Writer) *cobra.Command {
 			return Serve(ctx, cfg, version, newLogger(cfg, stderr))
 		},
 	}
-	bindFlags(cmd.Flags(), "state-dir", "listen", "database-url", "hostname", "heartbeat-max-age", "log-level", "log-format", "max-db-conns", "task-lease", "provision-ttl", "reconcile-interval", "terminal-record-dir", "terminal-idle", "terminal-max-per-tenant", "replica-wakeups", "pprof-listen", "advertise-url", "gc-headroom-mib", "max-procs", "allow-simulated-hosts", "webhook-ca-file", "webhook-allow-private", "image-keys", "event-retention", "config")
+	bindFlags(cmd.Flags(), "state-dir", "listen", "database-url", "hostname", "heartbeat-max-age", "log-level", "log-format", "max-db-conns", "task-lease", "provision-ttl", "reconcile-interval", "terminal-record-dir", "terminal-idle", "terminal-max-per-tenant", "replica-wakeups", "pprof-listen", "advertise-url", "gc-headroom-mib", "max-procs", "allow-simulated-hosts", "allow-untested-images", "webhook-ca-file", "webhook-allow-private", "image-keys", "event-retention", "config")
 	return cmd
 }
 

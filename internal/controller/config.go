@@ -50,6 +50,9 @@ type Config struct {
 	// AllowSimulatedHosts sells nodes whose hostd runs the sim runtime and accepts their
 	// simulated provisioning and wipes (demo, soak, bench). Off, the database refuses them.
 	AllowSimulatedHosts bool `mapstructure:"allow_simulated_hosts"`
+	// AllowUntestedImages lets an image be registered or made active without a passed smoke
+	// test of its digest (test fixtures). Off, the database refuses it (migration 027).
+	AllowUntestedImages bool `mapstructure:"allow_untested_images"`
 	// WebhookCAFile adds CA certificates (PEM) to the system roots that webhook receivers'
 	// certificates may chain to; WebhookAllowPrivate lets webhooks reach internal addresses.
 	WebhookCAFile       string `mapstructure:"webhook_ca_file"`
@@ -109,6 +112,8 @@ func bindFlags(fs *pflag.FlagSet, names ...string) {
 			fs.String(n, "auto", "CPUs the Go runtime schedules on: auto (half of them when PostgreSQL runs on this machine, so the controller's idle processors do not spin on the database's cores; else all), all, or a count; a GOMAXPROCS variable overrides it")
 		case "allow-simulated-hosts":
 			fs.Bool(n, false, "place tenant allocations on hosts running the sim runtime and accept their simulated provisioning and wipe proofs (demo, soak, bench only: no VM exists and no disk is wiped there)")
+		case "allow-untested-images":
+			fs.Bool(n, false, "let images be registered or made active without a passed smoke test of their digest (test fixtures only: such an image was never booted through the provisioning path)")
 		case "webhook-ca-file":
 			fs.String(n, "", "PEM file of extra CA certificates webhook receivers' certificates may chain to, besides the system roots (certificates are always verified)")
 		case "webhook-allow-private":

@@ -141,6 +141,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	if cfg.AllowSimulatedHosts {
 		log.Warn("simulated hosts allowed: nodes running the sim runtime are sold and their simulated wipes accepted (--allow-simulated-hosts)")
 	}
+	if cfg.AllowUntestedImages {
+		log.Warn("untested images allowed: images may be registered or activated without a passed smoke test (--allow-untested-images)")
+	}
 	var imageKeys []imagesig.Key
 	if cfg.ImageKeys != "" {
 		b, err := os.ReadFile(cfg.ImageKeys)
@@ -152,7 +155,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		}
 		log.Info("trusted image publisher keys loaded", "file", cfg.ImageKeys, "keys", len(imageKeys))
 	}
-	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns, AllowSimulated: cfg.AllowSimulatedHosts})
+	st, err := store.Open(ctx, url, store.Options{MaxConns: cfg.MaxDBConns, AllowSimulated: cfg.AllowSimulatedHosts, AllowUntestedImages: cfg.AllowUntestedImages})
 	if err != nil {
 		return err
 	}
@@ -185,7 +188,7 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	// creates must not wait for new backends while the tenant pool keeps the CPU busy (a cold
 	// host pool added 100-300 ms to the first provisioning phase of each host).
 	hostConns := max(8, cfg.MaxDBConns/2)
-	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns, AllowSimulated: cfg.AllowSimulatedHosts})
+	hostSt, err := store.Open(ctx, url, store.Options{MaxConns: hostConns, MinConns: hostConns, AllowSimulated: cfg.AllowSimulatedHosts, AllowUntestedImages: cfg.AllowUntestedImages})
 	if err != nil {
 		return err
 	}

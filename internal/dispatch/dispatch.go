@@ -641,7 +641,11 @@ func (d *Dispatcher) Result(ctx context.Context, nodeID, taskID string, r task.R
 	}
 	// Drive the allocation from the recorded (first) result, also on duplicates, so a
 	// controller crash between the two steps is repaired by the host's retry.
-	return tr, d.apply(ctx, tr)
+	if err := d.apply(ctx, tr); err != nil {
+		return tr, err
+	}
+	d.stageAfter(ctx, tr) // warm slots (staging.go)
+	return tr, nil
 }
 
 // checkOutput refuses a succeeded discovery or reconcile result whose report is not a JSON
@@ -669,6 +673,9 @@ func checkOutput(tr store.TaskRecord) error {
 }
 
 func (d *Dispatcher) apply(ctx context.Context, tr store.TaskRecord) error {
+	if tr.Type == string(task.TypeImageStage) {
+		return d.applyStaging(ctx, tr)
+	}
 	if tr.Type == string(task.TypeTopologyDiscover) && tr.Status == "succeeded" {
 		return d.applyDrift(ctx, tr)
 	}

@@ -41,7 +41,7 @@ func setup(t *testing.T, cfg dispatch.Config) *world {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
-	st, err := store.Open(ctx, url, store.Options{AllowSimulated: cfg.AllowSimulated}) // as the controller wires both
+	st, err := store.Open(ctx, url, store.Options{AllowSimulated: cfg.AllowSimulated, AllowUntestedImages: true}) // as the controller wires both
 	if err != nil {
 		t.Fatal(err)
 	}

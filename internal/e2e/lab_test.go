@@ -97,11 +97,13 @@ func loopDisk(ts *testscript.TestScript, neg bool, args []string) {
 
 // labImage serves an image from a local HTTP server and writes a catalog entry for it pinned
 // to its sha256. SOURCE "guest" is the project's test guest (built or taken from the cache);
-// anything else is a file in $WORK. "bad-digest" pins a wrong digest.
-// Usage: labimage SLUG YAML SOURCE [bad-digest]
+// anything else is a file in $WORK. "bad-digest" pins a wrong digest. The entry says
+// active: true (the controller must then allow untested images) unless "pending" is given:
+// such an image goes through images test and images activate.
+// Usage: labimage SLUG YAML SOURCE [bad-digest|pending]
 func labImage(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: labimage SLUG YAML guest|FILE [bad-digest]")
+		ts.Fatalf("usage: labimage SLUG YAML guest|FILE [bad-digest|pending]")
 	}
 	path, digest, desc := "", "", ""
 	if args[2] == "guest" {
@@ -132,8 +134,14 @@ func labImage(ts *testscript.TestScript, neg bool, args []string) {
 	if h := ts.Getenv("LABIMAGE_HOST"); h != "" {
 		urlHost = h + ":" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	}
-	if len(args) == 4 && args[3] == "bad-digest" {
+	active := "true"
+	switch {
+	case len(args) == 4 && args[3] == "bad-digest":
 		digest = strings.Repeat("0", 64)
+	case len(args) == 4 && args[3] == "pending":
+		active = "false"
+	case len(args) > 3:
+		ts.Fatalf("labimage: unknown option %q", args[3])
 	}
 	yaml := fmt.Sprintf(`slug: %s
 display_name: %s
@@ -147,8 +155,8 @@ source_ref: http://%s/%s
 digest_sha256: "%s"
 default_username: debian
 driver_strategy: none
-active: true
-`, args[0], desc, urlHost, filepath.Base(path), digest)
+active: %s
+`, args[0], desc, urlHost, filepath.Base(path), digest, active)
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(yaml), 0o644))
 }
 
@@ -181,6 +189,40 @@ func waitSlots(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(200 * time.Millisecond) // status poll; the deadline bounds it
 	}
 	ts.Fatalf("node %s: slots by status %v after %s, want %d %s", args[0], got, timeout, want, args[1])
+}
+
+// waitStaged waits until N of a node's slots have an image staged on their disks (warm
+// slots). Usage: waitstaged NODE N [timeout]
+func waitStaged(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: waitstaged NODE N [timeout]")
+	}
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	timeout := 120 * time.Second
+	if len(args) == 3 {
+		timeout, err = time.ParseDuration(args[2])
+		ts.Check(err)
+	}
+	c := scriptClient(ts)
+	deadline := time.Now().Add(timeout)
+	got := 0
+	for time.Now().Before(deadline) {
+		slots, err := c.ListSlots(context.Background(), args[0])
+		if err == nil {
+			got = 0
+			for _, s := range slots {
+				if s.StagedImage != nil {
+					got++
+				}
+			}
+			if got == want {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // slot poll; the deadline bounds it
+	}
+	ts.Fatalf("node %s: %d slots staged after %s, want %d", args[0], got, timeout, want)
 }
 
 // labMount formats a device and mounts it (unmounted when the script ends).

@@ -108,7 +108,7 @@ func labFaultsScript(prov, rel []string) string {
 	w("labimage lab-guest image.yaml guest")
 	w("mkdir trap")
 	w("env %s=$WORK/trap", phaseTrapEnv)
-	w("exec gpuaas-controller serve --state-dir $STATE --listen $ADDR --task-lease 10s &ctl&")
+	w("exec gpuaas-controller serve --state-dir $STATE --listen $ADDR --task-lease 10s --allow-untested-images &ctl&")
 	w("waitready")
 	w("exec gpuaasctl images add -f image.yaml")
 	w("exec gpuaasctl nodes add %s --region lab --sku h200-sxm-baremetal-8g --slice-sku h200-sxm-slice -o json", labFaultsNode)

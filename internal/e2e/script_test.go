@@ -96,6 +96,7 @@ func scriptParams(t *testing.T, dir string, extra func(*testscript.Env)) testscr
 			"loopdisk":         loopDisk,
 			"labimage":         labImage,
 			"waitslots":        waitSlots,
+			"waitstaged":       waitStaged,
 			"waithealth":       waitHealth,
 			"labmount":         labMount,
 			"libvirtrelay":     libvirtRelay,

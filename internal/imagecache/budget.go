@@ -32,6 +32,7 @@ type Stats struct {
 // counters are the cache's running totals (Stats reads them).
 type counters struct {
 	hits, downloads, evictions, evictedBytes atomic.Int64
+	hashes                                   atomic.Int64 // re-verifications of cached files (Hashes)
 }
 
 // Stats returns the running totals.
@@ -89,17 +90,26 @@ func (c *Cache) entries(pins map[string]bool) ([]Entry, error) {
 
 // touch records a use of the entry for digest (the LRU clock); false when it is not cached.
 // It holds the eviction lock, so an entry found here is not removed by an eviction that
-// started before the caller pinned it.
-func (c *Cache) touch(digest string) bool {
+// started before the caller pinned it. verified says the file was unchanged since it was
+// last verified: its stamp is then moved past this touch's own change of its times, so the
+// touch does not make it look rewritten.
+func (c *Cache) touch(digest string) (cached, verified bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.path(digest)
 	if _, err := os.Stat(p); err != nil {
-		return false
+		delete(c.stamps, digest)
+		return false, false
 	}
+	verified = c.unchanged(digest)
 	now := time.Now()
 	_ = os.Chtimes(p, now, now)
-	return true
+	if verified {
+		c.remember(digest)
+	} else {
+		delete(c.stamps, digest)
+	}
+	return true, verified
 }
 
 // Evict removes least recently used images until the cache fits BudgetBytes (0: no
@@ -136,6 +146,7 @@ func (c *Cache) Evict(keep string) ([]Entry, error) {
 		if err := os.Remove(filepath.Join(c.Dir, e.DigestSHA256+".img")); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, err
 		}
+		delete(c.stamps, e.DigestSHA256)
 		total -= e.SizeBytes
 		removed = append(removed, e)
 		c.n.evictions.Add(1)

@@ -53,8 +53,9 @@ type Cache struct {
 	// written to a disk). Evict calls it under the cache lock; an error stops the eviction.
 	Pinned func() (map[string]bool, error)
 
-	mu sync.Mutex // orders evictions against hits (touch)
-	n  counters
+	mu     sync.Mutex // orders evictions against hits (touch); guards stamps
+	n      counters
+	stamps map[string]stamp // each cached image's stamp when it was last verified (verified.go)
 }
 
 // ErrDigestMismatch is an image whose content does not match the catalog digest.
@@ -78,16 +79,20 @@ func (c *Cache) GetProgress(ctx context.Context, source, digest string, progress
 		return "", false, err
 	}
 	p := c.path(digest)
-	if c.touch(digest) {
-		got, err := fileDigest(p)
-		if err != nil {
-			return "", false, err
+	if cached, verified := c.touch(digest); cached {
+		// Hashed again only when the file changed since it was last verified (verified.go);
+		// a mismatching one is removed and fetched again.
+		err := error(nil)
+		if !verified {
+			err = c.rehash(digest)
 		}
-		if got == digest {
+		if err == nil {
 			c.n.hits.Add(1)
 			return p, false, nil
 		}
-		_ = os.Remove(p) // corrupted cache entry: fetch again
+		if !errors.Is(err, ErrDigestMismatch) {
+			return "", false, err
+		}
 	}
 	if err := c.download(ctx, source, digest, p, progress); err != nil {
 		return "", false, err
@@ -211,7 +216,13 @@ func (c *Cache) download(ctx context.Context, source, digest, dst string, progre
 	if err := os.Chmod(tmp.Name(), 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), dst)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	c.remember(digest) // its bytes were hashed as they arrived
+	return nil
 }
 
 func (p *partial) copyFile(path string) error {

@@ -51,8 +51,9 @@ type host struct {
 	exited <-chan error
 }
 
-// ctlFlags are what both releases' controllers run with (the sim hosts are allowed through
-// GPUAAS_ALLOW_SIMULATED_HOSTS, which benchenv sets).
+// ctlFlags are what both releases' controllers run with (the sim hosts and the untested
+// fixture image are allowed through GPUAAS_ALLOW_SIMULATED_HOSTS and
+// GPUAAS_ALLOW_UNTESTED_IMAGES, which benchenv sets).
 var ctlFlags = []string{"--task-lease", "5s"}
 
 // start brings up PostgreSQL migrated by bin's `gpuaas-controller migrate`, seeds a tenant,

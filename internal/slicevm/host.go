@@ -64,6 +64,8 @@ type Host struct {
 	mu   sync.Mutex
 	turl string
 	busy map[string]int // allocation id -> provisions and releases running here
+	// stages are the image stagings running on idle slots' disks (staging.go).
+	stages staging
 }
 
 // SetTelemetryURL records where guests reach the telemetry endpoint (known once it listens).

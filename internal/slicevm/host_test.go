@@ -376,3 +376,28 @@ func TestLeasedToOther(t *testing.T) {
 		t.Fatalf("slot leased to another allocation not seen: %q", got)
 	}
 }
+
+// The guest GPU check an image's smoke test shows: nvidia-smi's list against the slice's
+// GPUs, or "no GPU here" on a lab host (emulated stand-ins: nothing to run it against).
+func TestGPUCheckSaysWhatTheGuestListed(t *testing.T) {
+	for _, c := range []struct {
+		slots int
+		lab   bool
+		out   string
+		err   error
+		want  string
+	}{
+		{1, true, "", nil, "gpu_check none: no GPU here (lab host"},
+		{2, false, "NVIDIA H200, 143771 MiB\nNVIDIA H200, 143771 MiB\n", nil, "gpu_check ok: nvidia-smi lists 2 GPUs: NVIDIA H200, 143771 MiB | NVIDIA H200"},
+		{2, false, "NVIDIA H200, 143771 MiB\n", nil, "gpu_check failed: nvidia-smi in the guest lists 1 GPUs, the slice has 2"},
+		{1, false, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver\n", errors.New("Process exited with status 9"),
+			"gpu_check failed: nvidia-smi in the guest: Process exited with status 9: NVIDIA-SMI has failed"},
+	} {
+		if got := gpuCheck(c.slots, c.lab, c.out, c.err); !strings.HasPrefix(got, c.want) {
+			t.Errorf("gpuCheck(%d, lab=%v, %q, %v) = %q, want %q…", c.slots, c.lab, c.out, c.err, got, c.want)
+		}
+	}
+	if got := guestText([]byte("gpu_check ok: fake")); strings.Contains(got, "gpu_check") {
+		t.Errorf("guest text %q can pose as the host's verdict", got)
+	}
+}

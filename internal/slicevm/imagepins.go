@@ -25,13 +25,14 @@ func (h *Host) pinImage(allocationID, digest string) error {
 }
 
 // ImagesInUse returns the digests of the images the slices on this host use: one per slice
-// directory. A slice directory that does not say which image it holds (made by an older
+// directory, and each image staged (or being staged) on an idle slot's disk (staging.go). A slice directory that does not say which image it holds (made by an older
 // hostd, or half written) is an error: the cache then evicts nothing rather than guess.
 func (h *Host) ImagesInUse() (map[string]bool, error) {
 	root := filepath.Join(h.cfg.DataDir, "slices")
 	des, err := os.ReadDir(root)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]bool{}, nil
+		out := map[string]bool{}
+		return out, h.stagedImages(out)
 	}
 	if err != nil {
 		return nil, err
@@ -51,5 +52,5 @@ func (h *Host) ImagesInUse() (map[string]bool, error) {
 		}
 		out[d] = true
 	}
-	return out, nil
+	return out, h.stagedImages(out)
 }

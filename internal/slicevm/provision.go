@@ -2,8 +2,6 @@ package slicevm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +16,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/dhcpd"
 	"github.com/gpuaas/gpuaas/internal/disk"
 	"github.com/gpuaas/gpuaas/internal/hypervisor"
-	"github.com/gpuaas/gpuaas/internal/imagecache"
 	"github.com/gpuaas/gpuaas/internal/imagesig"
 	"github.com/gpuaas/gpuaas/internal/leases"
 	"github.com/gpuaas/gpuaas/internal/task"
@@ -54,6 +51,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 		alreadyRunning           bool
 		signer                   ssh.Signer
 		started                  time.Time
+		staged                   map[string]StagedImage // what was staged on the slots' disks, taken by this provision
 	)
 	steps := []struct {
 		name string
@@ -76,6 +74,8 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			}
 			slots := slotIDs(p.Bundles)
 			cleanup = append(cleanup, func() { _, _ = h.cfg.Leases.Release(p.AllocationID, slots) })
+			// The disks are this allocation's now: a staging on them stops and its record goes.
+			staged = h.takeStaged(p.Bundles)
 			return fmt.Sprintf("%d slot leases until %s", len(ls), ls[0].ExpiresAt.UTC().Format(time.RFC3339)), nil
 		}},
 		{"host_dependencies", func() (string, error) { return h.checkDependencies() }},
@@ -132,15 +132,16 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			return fmt.Sprintf("%s (%d bytes, %s)%s", p.Image.Slug, fi.Size(), map[bool]string{true: "downloaded", false: "cached"}[fresh], signed), nil
 		}},
 		{"image_digest_verify", func() (string, error) {
-			got, err := fileSHA256(imagePath)
+			// The cache hashes a file again only when its stamp (size, times, inode) changed
+			// since its bytes were last hashed; a mismatching file is removed.
+			hashed, err := h.cfg.Images.Verify(p.Image.DigestSHA256)
 			if err != nil {
-				return "", err
+				return "", fmt.Errorf("%s: %w", p.Image.Slug, err)
 			}
-			if got != p.Image.DigestSHA256 {
-				_ = os.Remove(imagePath)
-				return "", fmt.Errorf("%w: %s has sha256 %s, the catalog says %s", imagecache.ErrDigestMismatch, p.Image.Slug, got, p.Image.DigestSHA256)
+			if !hashed {
+				return "sha256 " + p.Image.DigestSHA256[:16] + "… matches the catalog (verified when cached; file unchanged since)", nil
 			}
-			return "sha256 " + got[:16] + "… matches the catalog", nil
+			return "sha256 " + p.Image.DigestSHA256[:16] + "… matches the catalog", nil
 		}},
 		{"cloud_init_dir", func() (string, error) {
 			if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
@@ -239,6 +240,9 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 		{"image_write_convert", func() (string, error) {
 			if alreadyRunning {
 				return "", Skip("domain already running (retried task): its boot disk is in use")
+			}
+			if why := stagedSkip(staged, boot, disks[0], p.Image.DigestSHA256); why != "" {
+				return "", Skip(why)
 			}
 			format := p.Image.Format
 			if format == "" {
@@ -414,19 +418,6 @@ func (h *Host) validateDisks(bs []task.Bundle) ([]string, error) {
 		out = append(out, dev)
 	}
 	return out, nil
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	hsh := sha256.New()
-	if _, err := io.Copy(hsh, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(hsh.Sum(nil)), nil
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {

@@ -118,7 +118,8 @@ func poll(ctx context.Context, fn func() error) error {
 	}
 }
 
-// probe is the best-effort performance snapshot of the guest (nvidia-smi when present).
+// probe is the best-effort performance snapshot of the guest: CPUs and memory, and the GPU
+// check (gpuCheck) that an image's smoke test shows as its GPU evidence.
 func (h *Host) probe(ctx context.Context, p *task.VMProvision, signer ssh.Signer, dir string) string {
 	addr := net.JoinHostPort(p.Bundles[0].PrivateIP, strconv.Itoa(h.cfg.GuestSSHPort))
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -128,11 +129,46 @@ func (h *Host) probe(ctx context.Context, p *task.VMProvision, signer ssh.Signer
 		return "best effort, not measured: " + err.Error()
 	}
 	defer cl.Close()
-	out, err := runSSH(cl, "echo cpus=$(grep -c ^processor /proc/cpuinfo) mem_kb=$(sed -n 's/^MemTotal: *\\([0-9]*\\).*/\\1/p' /proc/meminfo); command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,temperature.gpu --format=csv,noheader || true")
+	out, err := runSSH(cl, "echo cpus=$(grep -c ^processor /proc/cpuinfo) mem_kb=$(sed -n 's/^MemTotal: *\\([0-9]*\\).*/\\1/p' /proc/meminfo)")
 	if err != nil {
 		return "best effort, not measured: " + err.Error()
 	}
-	return strings.Join(strings.Fields(string(out)), " ")
+	detail := strings.Join(strings.Fields(guestText(out)), " ")
+	if h.cfg.Lab {
+		return detail + "; " + gpuCheck(len(p.Bundles), true, "", nil)
+	}
+	gpus, err := runSSH(cl, "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader")
+	return detail + "; " + gpuCheck(len(p.Bundles), false, guestText(gpus), err)
+}
+
+// guestText is what the guest printed, unable to pose as the host's own gpu_check verdict.
+func guestText(b []byte) string { return strings.ReplaceAll(string(b), "gpu_check", "gpu-check") }
+
+// gpuCheck is the probe's GPU line: what nvidia-smi in the guest listed against the slots'
+// GPUs, or "no GPU here" on a lab host, whose slots' GPUs are emulated stand-ins (nothing to
+// run nvidia-smi against). It always starts "gpu_check " and then ok, failed or none: the
+// smoke test of an image reads it as its GPU evidence (docs/images.md).
+func gpuCheck(slots int, lab bool, out string, err error) string {
+	if lab {
+		return "gpu_check none: no GPU here (lab host: the slot's GPU is an emulated stand-in; nvidia-smi not run)"
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if err != nil {
+		msg := err.Error()
+		if len(lines) > 0 {
+			msg += ": " + lines[0]
+		}
+		return "gpu_check failed: nvidia-smi in the guest: " + msg
+	}
+	if len(lines) != slots {
+		return fmt.Sprintf("gpu_check failed: nvidia-smi in the guest lists %d GPUs, the slice has %d: %s", len(lines), slots, strings.Join(lines, " | "))
+	}
+	return fmt.Sprintf("gpu_check ok: nvidia-smi lists %d GPUs: %s", len(lines), strings.Join(lines, " | "))
 }
 
 var ansiRE = regexp.MustCompile(`\x1b(\[[0-9;=?]*[A-Za-z]|[()][A-Za-z0-9])`)

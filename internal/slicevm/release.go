@@ -140,6 +140,7 @@ func (h *Host) Release(ctx context.Context, p *task.VMRelease, rec *Recorder) (t
 			}
 			var done []string
 			for _, b := range p.Bundles {
+				h.DropStaged(b.SlotID) // whatever was staged on it is about to be erased
 				if owner := leasedToOther(held, b, p.AllocationID); owner != "" {
 					// The host says another allocation owns this disk: never wipe it.
 					out.Wiped[b.SlotID] = task.WipeProof{Error: "refused: " + b.NVMeDevice + " is leased to allocation " + owner}

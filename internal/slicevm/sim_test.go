@@ -98,3 +98,20 @@ func TestSimPhasesSaySimulated(t *testing.T) {
 		}
 	}
 }
+
+// The sim runtime's staging writes nothing and says so: its output and its one phase are
+// simulated (the controller records it only when it allows simulated hosts).
+func TestSimStagingSaysSimulated(t *testing.T) {
+	rec := &Recorder{}
+	out, err := Sim{}.Stage(context.Background(), &task.ImageStage{SlotID: "s1", Device: "/dev/disk/by-id/nvme-a",
+		Image: task.Image{Slug: "img", DigestSHA256: strings.Repeat("a", 64)}}, rec)
+	if err != nil || !out.Simulated || out.SlotID != "s1" {
+		t.Fatalf("stage: %+v, %v", out, err)
+	}
+	if ph := rec.Phases(); len(ph) != 1 || ph[0].Name != "image_write_convert" || ph[0].Status != PhaseSimulated {
+		t.Fatalf("phases %+v, want image_write_convert simulated", ph)
+	}
+	if _, err := (Sim{}).Stage(context.Background(), &task.ImageStage{SlotID: "s1", Image: task.Image{Slug: "img"}}, &Recorder{}); err == nil {
+		t.Fatal("a staging without a digest was accepted")
+	}
+}

@@ -18,13 +18,13 @@ import (
 
 const skuColumns = `sku, vendor, display_name, accelerator_model, capacity_shape, gpus_total, allowed_gpu_counts,
 	gpu_hourly_price_minor, currency, network_fabric, exclusive_node, resource_profile, active, created_at, updated_at, validation_policy,
-	requires_signed_images`
+	requires_signed_images, warm_slots`
 
 func scanSKU(row pgx.Row, s *apiv1.SKU) error {
 	var counts []int32
 	err := row.Scan(&s.SKU, &s.Vendor, &s.DisplayName, &s.AcceleratorModel, &s.CapacityShape, &s.GPUsTotal, &counts,
 		&s.GPUHourlyPriceMinor, &s.Currency, &s.NetworkFabric, &s.ExclusiveNode, rawJSON(&s.ResourceProfile), &s.Active,
-		&s.CreatedAt, &s.UpdatedAt, &s.ValidationPolicy, &s.RequiresSignedImages)
+		&s.CreatedAt, &s.UpdatedAt, &s.ValidationPolicy, &s.RequiresSignedImages, &s.WarmSlots)
 	s.AllowedGPUCounts = make([]int, len(counts))
 	for i, c := range counts {
 		s.AllowedGPUCounts[i] = int(c)
@@ -106,10 +106,13 @@ func (t *Tx) PatchSKU(ctx context.Context, sku string, p apiv1.SKUPatch) (apiv1.
 	if p.RequiresSignedImages != nil {
 		cur.RequiresSignedImages = *p.RequiresSignedImages
 	}
+	if p.WarmSlots != nil {
+		cur.WarmSlots = *p.WarmSlots
+	}
 	_, err = t.tx.Exec(ctx, `UPDATE sku_catalog SET display_name = $2, allowed_gpu_counts = $3, gpu_hourly_price_minor = $4,
-		resource_profile = $5, active = $6, validation_policy = $7, requires_signed_images = $8, updated_at = now() WHERE sku = $1`,
+		resource_profile = $5, active = $6, validation_policy = $7, requires_signed_images = $8, warm_slots = $9, updated_at = now() WHERE sku = $1`,
 		sku, cur.DisplayName, cur.AllowedGPUCounts, cur.GPUHourlyPriceMinor, jsonObject(cur.ResourceProfile), cur.Active, cur.ValidationPolicy,
-		cur.RequiresSignedImages)
+		cur.RequiresSignedImages, cur.WarmSlots)
 	if err != nil {
 		return cur, translate(err)
 	}

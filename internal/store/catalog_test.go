@@ -21,7 +21,7 @@ func catalogDB(t *testing.T) (*store.Store, string) {
 	t.Helper()
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
-	st, err := store.Open(context.Background(), url, store.Options{})
+	st, err := store.Open(context.Background(), url, store.Options{AllowUntestedImages: true}) // fixtures register active images
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func prunedThrough(ctx context.Context, q querier) (EventCursor, error) {
 
 // PruneEvents removes up to batch of the oldest events older than keep (at least a day),
 // with their finished webhook deliveries, stopping at the first event still owed to a
-// webhook (migration 028); it returns how many it removed (0 also when another replica is
+// webhook (migration 030); it returns how many it removed (0 also when another replica is
 // pruning at the same moment).
 func (s *Store) PruneEvents(ctx context.Context, keep time.Duration, batch int) (int64, error) {
 	var n int64

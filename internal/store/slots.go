@@ -1,6 +1,8 @@
 package store
 
 import (
+	"time"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,17 +22,24 @@ const slotColumns = `s.id::text, s.node_id::text, s.slot_index, s.capacity_shape
 	s.memory_mib, s.host_cpus, s.mac_address, coalesce(host(s.private_ip), ''), s.capacity_metadata, s.health_metadata,
 	coalesce((SELECT c.allocation_id::text FROM allocation_resource_claims c
 	          WHERE c.slot_id = s.id AND c.status IN ` + liveClaim + ` LIMIT 1), ''), s.updated_at, s.needs_wipe,
-	s.health, s.health_reason, s.health_since`
+	s.health, s.health_reason, s.health_since,
+	coalesce(s.staged_image_id::text, ''), coalesce(s.staged_digest_sha256, ''), s.staged_at, coalesce(s.staged_after_proof, 0)`
 
 func scanSlot(row pgx.Row, s *apiv1.Slot) error {
 	var cpus []int
+	var st apiv1.SlotStagedImage
+	var stagedAt *time.Time
 	err := row.Scan(&s.ID, &s.NodeID, &s.SlotIndex, &s.CapacityShape, &s.Status, &s.StatusReason, &s.ParentSlotID,
 		&s.SharingModel, &s.ProfileName, &s.GPUModel, &s.GPUCount, &s.PCIAddress, &s.GPUUUID, &s.MIGProfile,
 		&s.GPUMemoryMiB, &s.ComputeMilli, &s.MaxClaims, &s.NVMeDevice, &s.NetworkFabric, &s.NetworkDevice,
 		&s.FabricPCIAddress, &s.FabricDeviceID, &s.FabricMetadata, &s.NUMANode, &s.VCPUCount, &s.MemoryMiB,
 		&cpus, &s.MACAddress, &s.PrivateIP, &s.CapacityMetadata, &s.HealthMetadata, &s.AllocationID, &s.UpdatedAt, &s.NeedsWipe,
-		&s.Health, &s.HealthReason, &s.HealthSince)
+		&s.Health, &s.HealthReason, &s.HealthSince, &st.ImageID, &st.DigestSHA256, &stagedAt, &st.AfterProof)
 	s.HostCPUs = cpuset.Format(cpus)
+	if st.DigestSHA256 != "" && stagedAt != nil {
+		st.StagedAt = *stagedAt
+		s.StagedImage = &st
+	}
 	return err
 }
 

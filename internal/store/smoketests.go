@@ -22,16 +22,17 @@ func (t *Tx) InsertSmokeTest(ctx context.Context, imageID, digest, allocationID,
 }
 
 const smokeTestColumns = `t.id::text, i.slug, t.digest_sha256, n.name, t.allocation_id::text,
-		CASE WHEN a.active_at IS NOT NULL THEN 'passed' WHEN a.status = 'failed' THEN 'failed' ELSE 'running' END,
+		CASE WHEN image_smoke_gpu_failed(t.allocation_id) THEN 'failed' WHEN a.active_at IS NOT NULL THEN 'passed'
+		     WHEN a.status = 'failed' THEN 'failed' ELSE 'running' END,
 		a.status, a.failure_reason,
 		coalesce((extract(epoch FROM a.active_at - a.created_at) * 1000)::bigint, 0), n.simulated, t.started_at,
-		t.digest_sha256 = coalesce(i.digest_sha256, '')
+		t.digest_sha256 = coalesce(i.digest_sha256, ''), image_smoke_gpu_check(t.allocation_id)
 	FROM image_smoke_tests t JOIN os_images i ON i.id = t.image_id JOIN allocations a ON a.id = t.allocation_id
 	JOIN nodes n ON n.id = t.node_id`
 
 func scanSmokeTest(row pgx.Row, s *apiv1.ImageSmokeTest) error {
 	return row.Scan(&s.ID, &s.Image, &s.DigestSHA256, &s.Node, &s.AllocationID, &s.Status, &s.AllocationStatus, &s.FailureReason,
-		&s.TimeToReadyMS, &s.Simulated, &s.StartedAt, &s.Current)
+		&s.TimeToReadyMS, &s.Simulated, &s.StartedAt, &s.Current, &s.GPUCheck)
 }
 
 // SmokeTests lists an image's smoke tests, newest first. ErrNotFound when there is no such

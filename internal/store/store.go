@@ -58,11 +58,20 @@ type Options struct {
 	// lets claims land on simulated nodes and slots return to sale on simulated wipes
 	// (migration 016). Only a controller started with --allow-simulated-hosts sets it.
 	AllowSimulated bool
+	// AllowUntestedImages sets gpuaas.allow_untested_images = on on every connection: the
+	// database then lets an image become active without a passed smoke test of its digest
+	// (migration 027). Only a controller started with --allow-untested-images sets it (test
+	// fixtures, never production).
+	AllowUntestedImages bool
 }
 
 // AllowSimulatedParam is the session parameter that lets simulated hosts be sold (demo,
 // soak, bench); without it the database refuses (migration 016).
 const AllowSimulatedParam = "gpuaas.allow_simulated"
+
+// AllowUntestedImagesParam is the session parameter that lets an image be registered or made
+// active without a passed smoke test (fixtures); without it the database refuses (migration 027).
+const AllowUntestedImagesParam = "gpuaas.allow_untested_images"
 
 // Open connects to connString and checks the connection.
 func Open(ctx context.Context, connString string, opts Options) (*Store, error) {
@@ -85,6 +94,9 @@ func Open(ctx context.Context, connString string, opts Options) (*Store, error) 
 	}
 	if opts.AllowSimulated {
 		cfg.ConnConfig.RuntimeParams[AllowSimulatedParam] = "on" // sent at connect: no round trip per transaction
+	}
+	if opts.AllowUntestedImages {
+		cfg.ConnConfig.RuntimeParams[AllowUntestedImagesParam] = "on"
 	}
 	cfg.ConnConfig.RuntimeParams[TaskSchemasParam] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -218,6 +230,14 @@ func (e *DBError) Unwrap() error        { return e.Err }
 // verified wipe (a DBError of kind ErrConflict).
 const WipeGate = "slot_wipe_gate"
 
+// ActivationGate is the constraint name of the database's refusal to make an image active
+// without a passed smoke test of its digest, and RetiredImage of its refusal to record a
+// retired image on a new allocation (both DBErrors of kind ErrConflict).
+const (
+	ActivationGate = "image_activation_gate"
+	RetiredImage   = "image_retired"
+)
+
 // translate maps pgx errors to the package's sentinels; other errors pass through.
 func translate(err error) error {
 	if err == nil {
@@ -246,6 +266,11 @@ func translate(err error) error {
 				// The slot held a claim since its last verified wipe (migration 015).
 				return &DBError{Kind: ErrConflict, Constraint: WipeGate, Detail: pgErr.Message +
 					" (run `gpuaasctl slots wipe NODE INDEX --apply --wait`: a verified wipe clears it)", Err: err}
+			}
+			if pgErr.ConstraintName == ActivationGate || pgErr.ConstraintName == RetiredImage {
+				// An image goes live only after a passed smoke test, and a retired one boots no
+				// new allocation (migration 027): the request conflicts with the image's state.
+				return &DBError{Kind: ErrConflict, Constraint: pgErr.ConstraintName, Detail: pgErr.Message, Err: err}
 			}
 			if pgErr.ConstraintName == QuarantineFence || pgErr.ConstraintName == ClearNeedsValidation {
 				// A quarantined slot is never reserved, and is cleared only after a passed

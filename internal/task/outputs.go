@@ -42,3 +42,11 @@ type ReleaseOutput struct {
 type Progress struct {
 	Phases []Phase `json:"phases"`
 }
+
+// StageOutput is slot.image_stage's report: what was written onto which slot's disk.
+type StageOutput struct {
+	SlotID       string `json:"slot_id"`
+	DigestSHA256 string `json:"digest_sha256"`
+	Disk         string `json:"disk,omitempty"`
+	Simulated    bool   `json:"simulated,omitempty"`
+}

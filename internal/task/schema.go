@@ -36,6 +36,7 @@ func init() {
 // not listed are as old as versioning itself (v0.1.0, the first release).
 var introduced = map[TypeVersion]string{
 	{TypeSlotValidate, 1}: NextRelease, // slot validation between tenants (docs/health.md)
+	{TypeImageStage, 1}:   NextRelease, // warm slots: an image staged on an idle, wiped disk (docs/images.md)
 }
 
 // NextRelease is the release this tree becomes: what a host needs for a schema added since

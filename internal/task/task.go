@@ -28,6 +28,7 @@ const (
 	TypePrereqCheck      Type = "host.prereq_check"
 	TypeWipeVerify       Type = "slot.wipe_verify"
 	TypeSlotValidate     Type = "slot.validate"
+	TypeImageStage       Type = "slot.image_stage"
 )
 
 // Known reports whether t is a task type this build understands.
@@ -209,6 +210,21 @@ type TerminalOutput struct {
 	BytesOut   int64  `json:"bytes_out"`
 }
 
+// ImageStage is the payload of slot.image_stage: write Image onto an idle slot's disk, wiped
+// and proven clean since its last tenant, so the next provision of that image on it skips
+// the disk write (warm slots, docs/images.md). The host refuses a disk a lease holds.
+type ImageStage struct {
+	SlotID       string `json:"slot_id"`
+	Device       string `json:"device"` // /dev/disk/by-id path
+	DiskIdentity string `json:"disk_identity,omitempty"`
+	Image        Image  `json:"image"`
+	// ImageKeys are the trusted publisher keys when Image.SignatureRequired (as VMProvision).
+	ImageKeys []imagesig.Key `json:"image_keys,omitempty"`
+	// AfterWipeProof is the slot's verified wipe proof (slot_wipe_proofs id) the staging
+	// follows: the controller records the staging against it, and only while it is the latest.
+	AfterWipeProof int64 `json:"after_wipe_proof"`
+}
+
 var payloadTypes = map[Type]func() any{
 	TypeTopologyDiscover: func() any { return &TopologyDiscover{} },
 	TypeStorageTransit:   func() any { return &StorageTransition{} },
@@ -219,6 +235,7 @@ var payloadTypes = map[Type]func() any{
 	TypePrereqCheck:      func() any { return &PrereqCheck{} },
 	TypeWipeVerify:       func() any { return &WipeVerify{} },
 	TypeSlotValidate:     func() any { return &SlotValidate{} },
+	TypeImageStage:       func() any { return &ImageStage{} },
 }
 
 // DecodePayload decodes an envelope's payload into the type's struct, rejecting unknown

@@ -112,7 +112,7 @@ func (e *Env) prepare(ctx context.Context) error {
 	if _, err := store.Migrate(ctx, e.DBURL); err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, e.DBURL, store.Options{MaxConns: 8, AllowSimulated: true}) // the harness's own view of its sim fleet
+	st, err := store.Open(ctx, e.DBURL, store.Options{MaxConns: 8, AllowSimulated: true, AllowUntestedImages: true}) // the harness's own view of its sim fleet
 	if err != nil {
 		return err
 	}
@@ -158,8 +158,9 @@ func (e *Env) StartController(ctx context.Context, binDir string, extra ...strin
 	e.ctl = exec.Command(filepath.Join(binDir, "gpuaas-controller"), args...)
 	// Every host these harnesses enroll runs the sim runtime (bench, soak, faults), which a
 	// controller sells only when told to. Said through the environment, not a flag, so an
-	// A/B run's older binary (which has no such flag) still starts.
-	e.ctl.Env = append(os.Environ(), "GPUAAS_ALLOW_SIMULATED_HOSTS=true")
+	// A/B run's older binary (which has no such flag) still starts. Their fixture images are
+	// registered active, never smoke-tested: the same way, untested images are allowed.
+	e.ctl.Env = append(os.Environ(), "GPUAAS_ALLOW_SIMULATED_HOSTS=true", "GPUAAS_ALLOW_UNTESTED_IMAGES=true")
 	e.ctl.Stdout, e.ctl.Stderr = lf, lf
 	e.ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // never outlive the bench
 	if err := e.ctl.Start(); err != nil {

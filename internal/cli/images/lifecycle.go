@@ -20,7 +20,7 @@ import (
 
 func printSmokeTests(w io.Writer, o output.Format, v any, tests []apiv1.ImageSmokeTest) error {
 	return output.Print(w, o, v, func(t *output.TableWriter) {
-		t.Header("smoke tests", len(tests), "ID", "IMAGE", "NODE", "STATUS", "READY IN", "DIGEST", "ALLOCATION", "NOTE")
+		t.Header("smoke tests", len(tests), "ID", "IMAGE", "NODE", "STATUS", "READY IN", "DIGEST", "ALLOCATION", "GPU CHECK", "NOTE")
 		for _, s := range tests {
 			note := s.FailureReason
 			if s.Simulated {
@@ -33,7 +33,7 @@ func printSmokeTests(w io.Writer, o output.Format, v any, tests []apiv1.ImageSmo
 			if s.Status == "passed" {
 				ready = output.Millis(s.TimeToReadyMS)
 			}
-			t.Row(s.ID, s.Image, s.Node, s.Status, ready, s.DigestSHA256[:16]+"…", s.AllocationID, output.Dash(note))
+			t.Row(s.ID, s.Image, s.Node, s.Status, ready, s.DigestSHA256[:16]+"…", s.AllocationID, output.Dash(s.GPUCheck), output.Dash(note))
 		}
 	})
 }
@@ -112,9 +112,10 @@ func testRun(ctx context.Context, opts *TestOptions) error {
 	if err != nil {
 		return err
 	}
-	if a.Status == "active" {
+	released := a.Status == "active"
+	if released {
 		if _, err := c.ReleaseAllocation(ctx, st.AllocationID); err != nil {
-			return fmt.Errorf("smoke test passed; releasing allocation %s: %w", st.AllocationID, err)
+			return fmt.Errorf("smoke test booted; releasing allocation %s: %w", st.AllocationID, err)
 		}
 		// Until its disks are wiped and verified, the slot is not free for the next test or
 		// allocation: wait for that too.
@@ -124,9 +125,8 @@ func testRun(ctx context.Context, opts *TestOptions) error {
 			return err == nil && a.Status == "released", err
 		})
 		if err != nil {
-			return fmt.Errorf("smoke test passed; allocation %s not released yet: %w", st.AllocationID, err)
+			return fmt.Errorf("smoke test booted; allocation %s not released yet: %w", st.AllocationID, err)
 		}
-		fmt.Fprintf(opts.IO.ErrOut, "smoke test %s passed; allocation %s released (its disks wiped)\n", st.ID, st.AllocationID)
 	}
 	tests, err := c.SmokeTests(ctx, st.Image)
 	if err != nil {
@@ -140,7 +140,14 @@ func testRun(ctx context.Context, opts *TestOptions) error {
 			return err
 		}
 		if t.Status != "passed" {
-			return fmt.Errorf("smoke test %s of %s on %s failed: %s", t.ID, t.Image, t.Node, output.Dash(t.FailureReason))
+			reason := t.FailureReason
+			if strings.HasPrefix(t.GPUCheck, "failed") {
+				reason = strings.TrimSpace("GPU check " + t.GPUCheck + " " + reason) // it booted, but its GPUs did not answer
+			}
+			return fmt.Errorf("smoke test %s of %s on %s failed: %s", t.ID, t.Image, t.Node, output.Dash(reason))
+		}
+		if released {
+			fmt.Fprintf(opts.IO.ErrOut, "smoke test %s passed; allocation %s released (its disks wiped)\n", st.ID, st.AllocationID)
 		}
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 // NewCmdSKUs is the `skus` command group.
 func NewCmdSKUs(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "skus", Short: "The product catalog", Aliases: []string{"sku"}}
-	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil))
+	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil), NewCmdSet(f))
 }
 
 func printSKUs(t *output.TableWriter, skus []apiv1.SKU) {
