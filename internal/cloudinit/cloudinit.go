@@ -5,6 +5,7 @@ package cloudinit
 
 import (
 	"bytes"
+	_ "embed"
 	"fmt"
 	"net/url"
 	"os"
@@ -56,19 +57,11 @@ var DriverProfiles = map[string]DriverProfile{
 }
 
 // telemetryHelper is the guest side of guest telemetry: every minute it POSTs a small JSON
-// snapshot (load, memory, GPUs when nvidia-smi exists) with the per-allocation token.
-const telemetryHelper = `#!/bin/sh
-# gpuaas guest telemetry helper: POSTs a snapshot to the host with the per-allocation token.
-. /etc/gpuaas/instance.env
-gpus=""
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpus=$(nvidia-smi --query-gpu=index,utilization.gpu,memory.used,temperature.gpu --format=csv,noheader,nounits | tr '\n' ';')
-fi
-body=$(printf '{"instance_id":"%s","loadavg":"%s","mem_available_kb":%s,"gpus":"%s"}' \
-  "$GPUAAS_INSTANCE_ID" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(awk '/MemAvailable/{print $2}' /proc/meminfo)" "$gpus")
-exec curl -fsS -m 10 -H "Authorization: Bearer $GPUAAS_TELEMETRY_TOKEN" -H 'Content-Type: application/json' \
-  --data "$body" "$GPUAAS_TELEMETRY_URL" >/dev/null
-`
+// snapshot (load, memory, GPUs when nvidia-smi exists) and the GPUs' health readings (Xid
+// codes from the kernel log, volatile uncorrectable ECC counts) with the per-allocation token.
+//
+//go:embed metrics-helper.sh
+var telemetryHelper string
 
 var (
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
