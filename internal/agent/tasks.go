@@ -221,7 +221,7 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		})
 	case *task.SlotValidate:
 		err = rec.Run("validate", func() error {
-			r, verr := a.validateSlot(p, a.slotLeases())
+			r, verr := a.validateSlot(ctx, p, a.slotLeases(), rec)
 			if verr == nil {
 				out = r
 			}

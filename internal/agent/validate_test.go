@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,7 @@ func TestHostRefusesToValidateASlotInUse(t *testing.T) {
 	a := &Agent{host: hostfs.New(root), runtime: slicevm.Sim{}}
 	p := &task.SlotValidate{SlotID: "slot-1", Level: "quick", GPUPCI: gpu}
 
-	res, err := a.validateSlot(p, leaseDir)
+	res, err := a.validateSlot(context.Background(), p, leaseDir, &slicevm.Recorder{})
 	if err != nil || !res.Passed || !res.Simulated {
 		t.Fatalf("a free slot: %+v, %v", res, err)
 	}
@@ -50,7 +51,7 @@ func TestHostRefusesToValidateASlotInUse(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "proc/4242/comm"), []byte("qemu-system-x86\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.validateSlot(p, leaseDir)
+	_, err = a.validateSlot(context.Background(), p, leaseDir, &slicevm.Recorder{})
 	if err == nil || !strings.Contains(err.Error(), gpu+": VFIO group 7 open in pid 4242 (qemu-system-x86)") {
 		t.Fatalf("a slot whose GPU a VM holds was validated: %v", err)
 	}
@@ -62,14 +63,14 @@ func TestHostRefusesToValidateASlotInUse(t *testing.T) {
 	if _, err := own.Acquire(leases.Request{AllocationID: "a-live", TaskID: "t1", Slots: map[string][]string{"slot-1": {gpu, "", "/dev/disk/by-id/nvme-x"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.validateSlot(p, leaseDir)
+	_, err = a.validateSlot(context.Background(), p, leaseDir, &slicevm.Recorder{})
 	if err == nil || !strings.Contains(err.Error(), "allocation a-live holds a live lease on the slot") {
 		t.Fatalf("a slot a live slice leases was validated: %v", err)
 	}
 	if _, err := own.Release("a-live", []string{"slot-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err = a.validateSlot(p, leaseDir); err != nil || !res.Passed {
+	if res, err = a.validateSlot(context.Background(), p, leaseDir, &slicevm.Recorder{}); err != nil || !res.Passed {
 		t.Fatalf("the slot after the slice's release: %+v, %v", res, err)
 	}
 }

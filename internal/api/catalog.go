@@ -188,13 +188,9 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 	}
 	if p.ValidationPolicy != nil {
 		switch *p.ValidationPolicy {
-		case "", "none", "quick":
-		case "burn-in":
-			// A validation VM on the slot's devices is not built yet: a SKU that asked for it
-			// would be sold with less checking than it says.
-			return errInvalid("validation_policy burn-in is not available yet; use quick")
+		case "", "none", "quick", "burn-in":
 		default:
-			return errInvalid("validation_policy must be none or quick, not %q", *p.ValidationPolicy)
+			return errInvalid("validation_policy must be none, quick or burn-in, not %q", *p.ValidationPolicy)
 		}
 	}
 	return nil

@@ -22,9 +22,9 @@ type Scanner struct {
 
 	prev     map[string]PCIe
 	nvmePCI  map[string]nvmeFunction // NVMe controllers' PCI functions seen, by address
-	reported map[string]bool // device+signal of lasting conditions reported and still present
-	kmsgSeen int             // lines of a regular-file kernel log already read
-	kmsg     *os.File        // /dev/kmsg, open between scans
+	reported map[string]bool         // device+signal of lasting conditions reported and still present
+	kmsgSeen int                     // lines of a regular-file kernel log already read
+	kmsg     *os.File                // /dev/kmsg, open between scans
 	smart    map[string]SmartLog
 }
 
