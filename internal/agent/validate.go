@@ -34,7 +34,14 @@ func (a *Agent) validateSlot(ctx context.Context, p *task.SlotValidate, leased *
 			return health.ValidationResult{}, fmt.Errorf("refused on the host: allocation %s holds a live lease on the slot", alloc)
 		}
 	}
-	res := health.Quick(a.host, functions, a.deviceReset())
+	var res health.ValidationResult
+	if a.runtime.Name() == "lab" {
+		// Lab slots name stand-in PCI functions (the lab host has no GPU or VF): nothing to read.
+		res = health.ValidationResult{}.With("quick", []apiv1.ValidationCheck{{Name: "pcie", Passed: true, Simulated: true,
+			Detail: "lab runtime: the slot's PCI functions are stand-ins, not read or reset"}})
+	} else {
+		res = health.Quick(a.host, functions, a.deviceReset())
+	}
 	switch {
 	case p.Level != "burn-in":
 		return res, nil

@@ -238,8 +238,8 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 		return err
 	}
 	if req.DisplayName == nil && req.AllowedGPUCounts == nil && req.GPUHourlyPriceMinor == nil &&
-		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil {
-		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images")
+		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil && req.ValidationPolicy == nil {
+		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images, validation_policy")
 	}
 	if req.ResourceProfile != nil && isNull(*req.ResourceProfile) {
 		return errInvalid("resource_profile cannot be null; send {} to clear it")

@@ -30,7 +30,7 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
   if command -v curl >/dev/null 2>&1; then
     curl -fsS -m 10 -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data "$body" "$url" >/dev/null && exit 0
   else
-    wget -q -T 10 -O /dev/null --header "Authorization: Bearer $token" --header 'Content-Type: application/json' --post-data "$body" "$url" && exit 0
+    wget -q -O /dev/null --header "Authorization: Bearer $token" --header 'Content-Type: application/json' --post-data "$body" "$url" && exit 0
   fi
   sleep 3
 done
