@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
@@ -29,6 +30,13 @@ func (d *Dispatcher) applyValidation(ctx context.Context, tr store.TaskRecord) e
 	}
 	if v.Level == "" {
 		v.Level = "quick"
+	}
+	// A run passes at the level asked only when the host ran that level: a burn-in the host
+	// reported as a quick run did not boot the validation VM.
+	if tr.Status == "succeeded" && out.Level != "" && out.Level != v.Level {
+		v.Passed = false
+		v.Summary = fmt.Sprintf("the host ran a %s validation, not the %s asked", out.Level, v.Level)
+		v.Checks = append(v.Checks, apiv1.ValidationCheck{Name: "level", Passed: false, Detail: v.Summary})
 	}
 	if err := d.alloc.RecordValidation(ctx, v); err != nil {
 		return err
