@@ -138,7 +138,7 @@ func GuestValidationChecks(body []byte) ([]apiv1.ValidationCheck, error) {
 		case "no_gpu":
 			out = append(out, apiv1.ValidationCheck{Name: name, Passed: true, Simulated: true, Detail: detail})
 		case "not_installed":
-			out = append(out, apiv1.ValidationCheck{Name: name, Passed: true, Detail: "skipped: " + detail})
+			out = append(out, apiv1.ValidationCheck{Name: name, Passed: true, Skipped: true, Detail: detail})
 		default:
 			out = append(out, apiv1.ValidationCheck{Name: name, Passed: false, Detail: fmt.Sprintf("unknown result %q", clip(c.Result, 32))})
 		}

@@ -161,9 +161,9 @@ func (q *quarantinedSlots) Collect(ch chan<- prometheus.Metric) {
 }
 
 // validateSlot queues a signed slot.validate on the slot's host at its SKU's level (quick, or
-// burn-in where the SKU asks for it: docs/health.md); its result is recorded on the slot, and a passed one is what a clear of a
-// quarantine needs. A slot a live allocation holds is refused: the reset would hit the
-// tenant's VM.
+// burn-in where the SKU asks for it: docs/health.md); its result is recorded on the slot, and
+// a passed one is what a clear of a quarantine needs. A slot a live allocation holds is
+// refused: the reset would hit the tenant's VM (hostd refuses it too).
 func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principal) error {
 	idx, err := pathSlotIndex(r)
 	if err != nil {
