@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cloudinit"
+	"github.com/gpuaas/gpuaas/internal/slicevm"
+	"github.com/gpuaas/gpuaas/internal/task"
 )
 
 // validationRun runs the validation VM's script exactly as the seed carries it, with the guest
@@ -124,5 +127,35 @@ func TestGuestValidationReportsThatFail(t *testing.T) {
 	cs, err := GuestValidationChecks([]byte(`{"validation": {"checks": [{"name": "x", "result": "ok"}]}}`))
 	if err != nil || len(cs) != 1 || cs[0].Passed {
 		t.Fatalf("an unknown result: %+v %v", cs, err)
+	}
+}
+
+// The sim runtime boots no validation VM and says so (simulated); a plan that is not the
+// slot's own (another slot's bundle, or not marked as a validation VM) boots nothing and
+// fails the validation.
+func TestBurnInOnSimAndForeignPlans(t *testing.T) {
+	a := &Agent{runtime: slicevm.Sim{}}
+	own := func() *task.SlotValidate {
+		return &task.SlotValidate{SlotID: "s1", Level: "burn-in", GPUPCI: "0000:1b:00.0", FabricVF: "0000:1a:00.2",
+			BurnIn: &task.VMProvision{AllocationID: "validate-s1", Validation: true,
+				Bundles: []task.Bundle{{SlotID: "s1", GPUPCI: "0000:1b:00.0", FabricVFPCI: "0000:1a:00.2"}}}}
+	}
+	cs := a.burnIn(context.Background(), own(), &slicevm.Recorder{})
+	if len(cs) != 1 || !cs[0].Passed || !cs[0].Simulated || !strings.Contains(cs[0].Detail, "no VM booted") {
+		t.Fatalf("sim burn-in: %+v", cs)
+	}
+	for name, edit := range map[string]func(*task.SlotValidate){
+		"another slot's bundle": func(p *task.SlotValidate) { p.BurnIn.Bundles[0].SlotID = "s2" },
+		"another GPU":           func(p *task.SlotValidate) { p.BurnIn.Bundles[0].GPUPCI = "0000:3c:00.0" },
+		"two bundles":           func(p *task.SlotValidate) { p.BurnIn.Bundles = append(p.BurnIn.Bundles, p.BurnIn.Bundles[0]) },
+		"not a validation VM":   func(p *task.SlotValidate) { p.BurnIn.Validation = false },
+		"a tenant's allocation": func(p *task.SlotValidate) { p.BurnIn.AllocationID = "a-tenant" },
+		"no plan":               func(p *task.SlotValidate) { p.BurnIn = nil },
+	} {
+		p := own()
+		edit(p)
+		if cs := a.burnIn(context.Background(), p, &slicevm.Recorder{}); len(cs) != 1 || cs[0].Passed {
+			t.Fatalf("%s: %+v", name, cs)
+		}
 	}
 }
