@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/disk"
-	"github.com/gpuaas/gpuaas/internal/health"
 	"github.com/gpuaas/gpuaas/internal/hostfs"
 	"github.com/gpuaas/gpuaas/internal/prereq"
 	"github.com/gpuaas/gpuaas/internal/slicevm"
@@ -232,8 +231,11 @@ func (a *Agent) run(ctx context.Context, env *task.Envelope, payload any) task.R
 		})
 	case *task.SlotValidate:
 		err = rec.Run("validate", func() error {
-			out = health.Quick(a.host, []string{p.GPUPCI, p.FabricVF}, a.deviceReset())
-			return nil
+			r, verr := a.validateSlot(ctx, p, a.slotLeases(), rec)
+			if verr == nil {
+				out = r
+			}
+			return verr
 		})
 	case *task.Reconcile:
 		err = rec.Run("reconcile", func() error {

@@ -303,6 +303,56 @@ func TestHostTreeScanMarksOnlyTheFailingSlots(t *testing.T) {
 	}
 }
 
+// The NVMe controllers' own PCI functions are read as GPUs' are, and each reading reaches the
+// slot whose disk the controller serves (by its namespace's by-id name): a controller whose
+// link trained at x2 of x4 degrades its slot only; AER fatal errors rising on another
+// quarantine that slot only; the OS disk's controller belongs to no slot, and its reading is
+// refused alone.
+func TestNVMeControllerPCIeReadingsReachTheirSlot(t *testing.T) {
+	b := setup(t)
+	n1 := b.addNode("n1", 1, func(_ *apiv1.NodeCreate, s []apiv1.SlotSpec) []apiv1.SlotSpec {
+		for i := range s { // the generated tree's disk i+1 is slot i's
+			s[i].NVMeDevice = fmt.Sprintf("/dev/disk/by-id/nvme-eui.0025388b01%06d", s[i].SlotIndex+1)
+		}
+		return s
+	})
+	root := t.TempDir()
+	spec := fixture.H200()
+	spec.Disks[3].LinkWidth = 2
+	if err := fixture.Write(root, spec); err != nil {
+		t.Fatal(err)
+	}
+	sc := &health.Scanner{FS: hostfs.New(root)}
+	defer sc.Close()
+	first := sc.Scan(b.ctx)
+	recorded, errs := b.svc.RecordSignals(b.ctx, n1.ID, signalsOf(first))
+	if len(errs) != 0 || len(recorded) != 1 || recorded[0].Signal != "pcie:link_downtrained" {
+		t.Fatalf("first scan %+v: recorded %+v, errors %v", first, recorded, errs)
+	}
+	want := map[int]string{3: "degraded"}
+	for _, s := range b.slots(n1.ID) {
+		if w := cmp.Or(want[s.SlotIndex], "healthy"); s.Health != w {
+			t.Fatalf("slot %d is %s, want %s", s.SlotIndex, s.Health, w)
+		}
+	}
+	for _, d := range []fixture.Disk{spec.Disks[6], spec.Disks[8]} { // slot 6's disk and the OS disk
+		if err := os.WriteFile(filepath.Join(root, "sys/devices/pci0000:00", d.Addr, "aer_dev_fatal"), []byte(fixture.AERFile("FATAL", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rising := sc.Scan(b.ctx)
+	recorded, errs = b.svc.RecordSignals(b.ctx, n1.ID, signalsOf(rising))
+	if len(recorded) != 1 || recorded[0].Signal != "pcie:aer_fatal_rising" || len(errs) != 1 || !strings.Contains(errs[0].Error(), "no slot of this node holds it") {
+		t.Fatalf("AER scan %+v: recorded %+v, errors %v", rising, recorded, errs)
+	}
+	want[6] = "quarantined"
+	for _, s := range b.slots(n1.ID) {
+		if w := cmp.Or(want[s.SlotIndex], "healthy"); s.Health != w {
+			t.Fatalf("after AER: slot %d is %s, want %s", s.SlotIndex, s.Health, w)
+		}
+	}
+}
+
 // A SKU with validation policy quick: a slot wiped at release is held (quarantined, pending
 // its validation) in the release's own transaction, so it is never on sale unvalidated; the
 // hold counts toward no drain and is not shown to the tenant; a passed validation lifts it,

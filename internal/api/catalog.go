@@ -188,13 +188,9 @@ func validateSKUPatch(cur apiv1.SKU, p apiv1.SKUPatch) error {
 	}
 	if p.ValidationPolicy != nil {
 		switch *p.ValidationPolicy {
-		case "", "none", "quick":
-		case "burn-in":
-			// A validation VM on the slot's devices is not built yet: a SKU that asked for it
-			// would be sold with less checking than it says.
-			return errInvalid("validation_policy burn-in is not available yet; use quick")
+		case "", "none", "quick", "burn-in":
 		default:
-			return errInvalid("validation_policy must be none or quick, not %q", *p.ValidationPolicy)
+			return errInvalid("validation_policy must be none, quick or burn-in, not %q", *p.ValidationPolicy)
 		}
 	}
 	return nil
@@ -245,8 +241,8 @@ func (s *Server) patchSKU(w http.ResponseWriter, r *http.Request, p Principal) e
 		return err
 	}
 	if req.DisplayName == nil && req.AllowedGPUCounts == nil && req.GPUHourlyPriceMinor == nil &&
-		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil && req.WarmSlots == nil {
-		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images, warm_slots")
+		req.ResourceProfile == nil && req.Active == nil && req.RequiresSignedImages == nil && req.WarmSlots == nil && req.ValidationPolicy == nil {
+		return errInvalid("empty patch: set at least one of display_name, allowed_gpu_counts, gpu_hourly_price_minor, resource_profile, active, requires_signed_images, warm_slots, validation_policy")
 	}
 	if req.ResourceProfile != nil && isNull(*req.ResourceProfile) {
 		return errInvalid("resource_profile cannot be null; send {} to clear it")

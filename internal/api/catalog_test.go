@@ -244,6 +244,11 @@ func TestCatalogAPISKUs(t *testing.T) {
 		"topology_policy":{"1":"any","4":"numa_required"}}`)
 	c.ok("PATCH", "/api/v1/admin/skus/h200-sxm-slice", apiv1.SKUPatch{ResourceProfile: &rp}, 200, &out)
 	c.fails("PATCH", "/api/v1/admin/skus/no-such-sku", apiv1.SKUPatch{Active: ptrTo(true)}, 404, "no-such-sku")
+	// The validation policy alone is a patch (docs/health.md); burn-in is one of them.
+	c.ok("PATCH", "/api/v1/admin/skus/h200-sxm-slice", map[string]any{"validation_policy": "burn-in"}, 200, &out)
+	if out.ValidationPolicy != "burn-in" {
+		t.Fatalf("validation policy = %q", out.ValidationPolicy)
+	}
 
 	path := "/api/v1/admin/skus/h200-sxm-slice"
 	for _, tc := range []struct {
@@ -268,6 +273,7 @@ func TestCatalogAPISKUs(t *testing.T) {
 		{"too many gpus", `{"resource_profile":{"default_slice_vm_profile":"p","slice_vm_profiles":{"p":{"gpu_count":9,"vcpu_count":1,"memory_mib":1}}}}`, "8 GPUs"},
 		{"default missing", `{"resource_profile":{"default_slice_vm_profile":"q","slice_vm_profiles":{"p":{"gpu_count":1,"vcpu_count":1,"memory_mib":1}}}}`, `"q" is not in slice_vm_profiles`},
 		{"slice without default", `{"resource_profile":{"slice_vm_profiles":{"p":{"gpu_count":1,"vcpu_count":1,"memory_mib":1}}}}`, "needs resource_profile.default_slice_vm_profile"},
+		{"unknown validation", `{"validation_policy":"soak"}`, "must be none, quick or burn-in"},
 		{"bad policy", `{"resource_profile":{"default_slice_vm_profile":"p","slice_vm_profiles":{"p":{"gpu_count":1,"vcpu_count":1,"memory_mib":1}},"topology_policy":{"1":"pack"}}}`, "topology_policy[1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,8 +288,8 @@ func TestCatalogAPISKUs(t *testing.T) {
 	if got.GPUHourlyPriceMinor != 500 || !reflect.DeepEqual(got.AllowedGPUCounts, []int{1, 2, 4}) || !strings.Contains(string(got.ResourceProfile), `"p1"`) {
 		t.Fatalf("after refused patches = %+v", got)
 	}
-	if n := len(c.audit("sku.patch")); n != 3 {
-		t.Fatalf("%d sku.patch audit rows, want 3", n)
+	if n := len(c.audit("sku.patch")); n != 4 {
+		t.Fatalf("%d sku.patch audit rows, want 4", n)
 	}
 }
 

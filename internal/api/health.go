@@ -160,10 +160,10 @@ func (q *quarantinedSlots) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// validateSlot queues a signed slot.validate on the slot's host (the quick checks of
-// docs/health.md); its result is recorded on the slot, and a passed one is what a clear of a
-// quarantine needs. A slot a live allocation holds is refused: the reset would hit the
-// tenant's VM.
+// validateSlot queues a signed slot.validate on the slot's host at its SKU's level (quick, or
+// burn-in where the SKU asks for it: docs/health.md); its result is recorded on the slot, and
+// a passed one is what a clear of a quarantine needs. A slot a live allocation holds is
+// refused: the reset would hit the tenant's VM (hostd refuses it too).
 func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principal) error {
 	idx, err := pathSlotIndex(r)
 	if err != nil {
@@ -192,8 +192,12 @@ func (s *Server) validateSlot(w http.ResponseWriter, r *http.Request, p Principa
 	if s.dispatch == nil {
 		return apiErr(apiv1.CodeUnavailable, "task dispatch is not configured", nil)
 	}
-	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeSlotValidate, dispatch.ValidatePayload(slot), 30*time.Minute,
-		audit(r, p, "slot.validate_requested", "slot", slot.ID, map[string]any{"node_id": id, "slot_index": idx, "level": "quick"}))
+	payload, err := s.dispatch.ValidationPayload(r.Context(), slot)
+	if err != nil {
+		return apiErr(apiv1.CodeConflict, fmt.Sprintf("slot %d cannot be validated: %v", idx, err), nil)
+	}
+	taskID, err := s.dispatch.QueueTask(r.Context(), id, task.TypeSlotValidate, payload, dispatch.ValidationTTL(payload),
+		audit(r, p, "slot.validate_requested", "slot", slot.ID, map[string]any{"node_id": id, "slot_index": idx, "level": payload.Level}))
 	if err != nil {
 		return err
 	}

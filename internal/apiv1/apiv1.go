@@ -61,7 +61,7 @@ type SKU struct {
 	ExclusiveNode       bool            `json:"exclusive_node"`
 	ResourceProfile     json.RawMessage `json:"resource_profile"`
 	// ValidationPolicy is what runs on a slot of this SKU after its wipe and before it is sold
-	// again: none, quick (docs/health.md). burn-in is reserved.
+	// again: none, quick or burn-in (docs/health.md).
 	ValidationPolicy string    `json:"validation_policy,omitempty"`
 	Active           bool      `json:"active"`
 	CreatedAt        time.Time `json:"created_at"`

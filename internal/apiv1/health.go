@@ -50,7 +50,9 @@ type ValidationCheck struct {
 	Name      string `json:"name"`
 	Passed    bool   `json:"passed"`
 	Simulated bool   `json:"simulated,omitempty"`
-	Detail    string `json:"detail,omitempty"`
+	// Skipped: the step did not run (a tool the guest does not have); it fails nothing.
+	Skipped bool   `json:"skipped,omitempty"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 // SlotHealth is GET .../slots/{index}/health: the slot's health with its recent history and

@@ -5,6 +5,7 @@ package cloudinit
 
 import (
 	"bytes"
+	_ "embed"
 	"fmt"
 	"net/url"
 	"os"
@@ -35,6 +36,9 @@ type Seed struct {
 	TelemetryURL string
 	// GuestDriverProfile names a driver install (DriverProfiles) run at first boot; empty: none.
 	GuestDriverProfile string
+	// Validation makes the guest a burn-in validation VM: the validation script (it needs
+	// TelemetryURL) runs once at first boot and reports its results through telemetry.
+	Validation bool
 }
 
 // DriverProfile is a guest driver install: packages plus commands run after them.
@@ -56,19 +60,27 @@ var DriverProfiles = map[string]DriverProfile{
 }
 
 // telemetryHelper is the guest side of guest telemetry: every minute it POSTs a small JSON
-// snapshot (load, memory, GPUs when nvidia-smi exists) with the per-allocation token.
-const telemetryHelper = `#!/bin/sh
-# gpuaas guest telemetry helper: POSTs a snapshot to the host with the per-allocation token.
-. /etc/gpuaas/instance.env
-gpus=""
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpus=$(nvidia-smi --query-gpu=index,utilization.gpu,memory.used,temperature.gpu --format=csv,noheader,nounits | tr '\n' ';')
-fi
-body=$(printf '{"instance_id":"%s","loadavg":"%s","mem_available_kb":%s,"gpus":"%s"}' \
-  "$GPUAAS_INSTANCE_ID" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(awk '/MemAvailable/{print $2}' /proc/meminfo)" "$gpus")
-exec curl -fsS -m 10 -H "Authorization: Bearer $GPUAAS_TELEMETRY_TOKEN" -H 'Content-Type: application/json' \
-  --data "$body" "$GPUAAS_TELEMETRY_URL" >/dev/null
-`
+// snapshot (load, memory, GPUs when nvidia-smi exists) and the GPUs' health readings (Xid
+// codes from the kernel log, volatile uncorrectable ECC counts) with the per-allocation token.
+//
+//go:embed metrics-helper.sh
+var telemetryHelper string
+
+// validateScript is the burn-in validation run in a validation VM (Seed.Validation).
+//
+//go:embed validate.sh
+var validateScript string
+
+// ValidateFile is the validation script's name on the seed volume: a guest without
+// cloud-init (the lab's test guest) runs it from there; cloud-init images get it through
+// write_files and runcmd.
+const ValidateFile = "validate"
+
+// validation renders the validation script with the instance's identity and telemetry
+// channel (all checked by Validate to be inert in a shell word).
+func (s Seed) validation() string {
+	return strings.NewReplacer("@ID@", s.InstanceID, "@TOKEN@", s.TelemetryToken, "@URL@", s.TelemetryURL).Replace(validateScript)
+}
 
 var (
 	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -119,6 +131,9 @@ func (s Seed) Validate() error {
 	if s.ReadyMarker != "" && (!markerRE.MatchString(s.ReadyMarker) || strings.Contains(s.ReadyMarker, "..")) {
 		return fmt.Errorf("cloudinit: ready marker %q must be a plain absolute path", s.ReadyMarker)
 	}
+	if s.Validation && (s.TelemetryURL == "" || s.TelemetryToken == "") {
+		return fmt.Errorf("cloudinit: a validation VM needs the telemetry URL and token to report through")
+	}
 	if s.GuestDriverProfile != "" {
 		if _, ok := DriverProfiles[s.GuestDriverProfile]; !ok {
 			names := make([]string, 0, len(DriverProfiles))
@@ -137,6 +152,18 @@ type Files struct {
 	UserData      []byte
 	MetaData      []byte
 	NetworkConfig []byte
+	// Validate is the validation script of a validation VM (nil otherwise), written to the
+	// seed volume as ValidateFile.
+	Validate []byte
+}
+
+// documents are the files of the seed volume.
+func (f Files) documents() map[string][]byte {
+	docs := map[string][]byte{"user-data": f.UserData, "meta-data": f.MetaData, "network-config": f.NetworkConfig}
+	if f.Validate != nil {
+		docs[ValidateFile] = f.Validate
+	}
+	return docs
 }
 
 // Render produces user-data (#cloud-config), meta-data and network-config (v2). YAML is
@@ -184,6 +211,10 @@ func Render(s Seed) (Files, error) {
 			runcmd = append(runcmd, c)
 		}
 	}
+	if s.Validation {
+		files = append(files, map[string]any{"path": "/usr/local/bin/gpuaas-validate", "permissions": "0700", "owner": "root:root", "content": s.validation()})
+		runcmd = append(runcmd, []string{"sh", "/usr/local/bin/gpuaas-validate"})
+	}
 	// Last: the readiness marker says first boot (and any driver install) finished.
 	runcmd = append(runcmd, []string{"sh", "-c", "mkdir -p " + filepath.Dir(marker) + " && date -u +%FT%TZ > " + marker})
 	cfg["write_files"], cfg["runcmd"] = files, runcmd
@@ -201,7 +232,11 @@ func Render(s Seed) (Files, error) {
 	if err != nil {
 		return Files{}, err
 	}
-	return Files{UserData: append([]byte("#cloud-config\n"), ud...), MetaData: md, NetworkConfig: nc}, nil
+	out := Files{UserData: append([]byte("#cloud-config\n"), ud...), MetaData: md, NetworkConfig: nc}
+	if s.Validation {
+		out.Validate = []byte(s.validation())
+	}
+	return out, nil
 }
 
 // WriteSeedDir writes the three documents (0600) into dir, created 0700.
@@ -209,7 +244,7 @@ func WriteSeedDir(dir string, f Files) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for name, b := range map[string][]byte{"user-data": f.UserData, "meta-data": f.MetaData, "network-config": f.NetworkConfig} {
+	for name, b := range f.documents() {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			return err
 		}
@@ -224,7 +259,7 @@ func WriteISO(path string, f Files) error {
 		return fmt.Errorf("cloudinit: iso: %w", err)
 	}
 	defer w.Cleanup() //nolint:errcheck // temp staging only
-	for name, b := range map[string][]byte{"user-data": f.UserData, "meta-data": f.MetaData, "network-config": f.NetworkConfig} {
+	for name, b := range f.documents() {
 		if err := w.AddFile(bytes.NewReader(b), name); err != nil {
 			return fmt.Errorf("cloudinit: iso: %w", err)
 		}

@@ -21,9 +21,10 @@ type Scanner struct {
 	Run hostfs.Runner
 
 	prev     map[string]PCIe
-	reported map[string]bool // device+signal of lasting conditions reported and still present
-	kmsgSeen int             // lines of a regular-file kernel log already read
-	kmsg     *os.File        // /dev/kmsg, open between scans
+	nvmePCI  map[string]nvmeFunction // NVMe controllers' PCI functions seen, by address
+	reported map[string]bool         // device+signal of lasting conditions reported and still present
+	kmsgSeen int                     // lines of a regular-file kernel log already read
+	kmsg     *os.File                // /dev/kmsg, open between scans
 	smart    map[string]SmartLog
 }
 
@@ -57,7 +58,7 @@ func (s *Scanner) Functions() []string {
 // nvidia-smi answers, the GPUs the host's driver holds. It returns the new findings.
 func (s *Scanner) Scan(ctx context.Context) []Finding {
 	if s.prev == nil {
-		s.prev, s.reported, s.smart = map[string]PCIe{}, map[string]bool{}, map[string]SmartLog{}
+		s.prev, s.reported, s.smart, s.nvmePCI = map[string]PCIe{}, map[string]bool{}, map[string]SmartLog{}, map[string]nvmeFunction{}
 	}
 	var out []Finding
 	present := map[string]bool{}
@@ -88,6 +89,9 @@ func (s *Scanner) Scan(ctx context.Context) []Finding {
 				keep(f)
 			}
 		}
+	}
+	for _, f := range s.nvmePCIe() {
+		keep(f)
 	}
 	for _, f := range XidFindings(s.kernelLog()) {
 		keep(f)
@@ -173,16 +177,67 @@ func (s *Scanner) kernelLog() string {
 	return b.String()
 }
 
-// nvmeFindings reads each NVMe controller's SMART / Health log (`nvme smart-log /dev/nvmeX -o
-// json`) and names its namespace by its /dev/disk/by-id aliases (the controller maps a
-// reading to the slot whose disk is one of them; the OS disk's maps to none and is refused).
-// The log is read through the admin queue, harmless while a VM uses the namespace as its disk.
-func (s *Scanner) nvmeFindings(ctx context.Context) []Finding {
+// nvmeFunction is an NVMe controller's PCI function and the names of its namespace.
+type nvmeFunction struct {
+	ctrl    string   // nvme1
+	aliases []string // /dev/disk/by-id names of its namespace
+	last    PCIe
+}
+
+// nvmePCIe reads the PCIe health of every NVMe controller's own function (present, config
+// space, link, AER counters), as for GPUs and VFs. A slot names its disk, not the disk's PCI
+// function, so each reading names the controller (/dev/nvmeX) and its namespace's by-id names,
+// and the controller maps it to the slot whose disk is one of them (the OS disk's maps to
+// none). A controller gone from sysfs is reported with the names it last had.
+func (s *Scanner) nvmePCIe() (out []Finding) {
+	aliases := s.nvmeAliases()
+	seen := map[string]bool{}
 	ctrls, _ := s.FS.ReadDir("/sys/class/nvme")
-	if len(ctrls) == 0 {
-		return nil
+	for _, c := range ctrls {
+		addr := s.FS.LinkBase("/sys/class/nvme/" + c.Name() + "/device")
+		if addr == "" {
+			continue
+		}
+		seen[addr] = true
+		fn, ok := s.nvmePCI[addr]
+		fn.ctrl = c.Name()
+		if names := aliases[c.Name()+"n1"]; len(names) > 0 {
+			fn.aliases = names
+		}
+		r := ReadPCIe(s.FS, addr)
+		var prev *PCIe
+		if ok {
+			last := fn.last
+			prev = &last
+		}
+		fn.last = r
+		s.nvmePCI[addr] = fn
+		s.nvmeNamed(&out, fn, r.Findings(prev, ""))
 	}
-	aliases := map[string][]string{} // nvme1n1 -> by-id paths
+	for addr, fn := range s.nvmePCI {
+		if !seen[addr] && !s.FS.Exists("/sys/bus/pci/devices/"+addr) {
+			s.nvmeNamed(&out, fn, (PCIe{Addr: addr}).Findings(nil, ""))
+		}
+	}
+	return out
+}
+
+// nvmeNamed adds PCIe findings of an NVMe controller's function, named by its disk.
+func (s *Scanner) nvmeNamed(out *[]Finding, fn nvmeFunction, fs []Finding) {
+	for _, f := range fs {
+		if f.Evidence == nil {
+			f.Evidence = map[string]any{}
+		}
+		f.Evidence["pci_address"] = f.PCIAddress
+		f.PCIAddress, f.NVMeDevice, f.NVMeAliases = "", "/dev/"+fn.ctrl, fn.aliases
+		f.Detail = "NVMe controller " + fn.ctrl + ": " + f.Detail
+		*out = append(*out, f)
+	}
+}
+
+// nvmeAliases maps each NVMe namespace (nvme1n1) to its /dev/disk/by-id names, sorted.
+func (s *Scanner) nvmeAliases() map[string][]string {
+	aliases := map[string][]string{}
 	links, _ := s.FS.ReadDir("/dev/disk/by-id")
 	for _, l := range links {
 		name := l.Name()
@@ -192,6 +247,22 @@ func (s *Scanner) nvmeFindings(ctx context.Context) []Finding {
 		target := s.FS.LinkBase("/dev/disk/by-id/" + name)
 		aliases[target] = append(aliases[target], "/dev/disk/by-id/"+name)
 	}
+	for _, v := range aliases {
+		sort.Strings(v)
+	}
+	return aliases
+}
+
+// nvmeFindings reads each NVMe controller's SMART / Health log (`nvme smart-log /dev/nvmeX -o
+// json`) and names its namespace by its /dev/disk/by-id aliases (the controller maps a
+// reading to the slot whose disk is one of them; the OS disk's maps to none and is refused).
+// The log is read through the admin queue, harmless while a VM uses the namespace as its disk.
+func (s *Scanner) nvmeFindings(ctx context.Context) []Finding {
+	ctrls, _ := s.FS.ReadDir("/sys/class/nvme")
+	if len(ctrls) == 0 {
+		return nil
+	}
+	aliases := s.nvmeAliases()
 	var out []Finding
 	for _, c := range ctrls {
 		ctrl := c.Name()
@@ -209,7 +280,6 @@ func (s *Scanner) nvmeFindings(ctx context.Context) []Finding {
 		}
 		s.smart[ctrl] = log
 		names := aliases[ctrl+"n1"]
-		sort.Strings(names)
 		for _, f := range log.Findings("/dev/"+ctrl, prev) {
 			f.NVMeAliases = names
 			out = append(out, f)

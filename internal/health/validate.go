@@ -65,19 +65,39 @@ func Quick(fs hostfs.FS, functions []string, reset func(addr string) error) Vali
 	if len(res.Checks) == 0 {
 		add(apiv1.ValidationCheck{Name: "devices", Passed: false, Detail: "the slot names no PCI function"})
 	}
+	res.summarize()
+	return res
+}
+
+// With returns the result with more checks (a burn-in's after the quick ones) at level, its
+// verdict and summary made again from all of them.
+func (r ValidationResult) With(level string, checks []apiv1.ValidationCheck) ValidationResult {
+	r.Level = level
+	r.Checks = append(append([]apiv1.ValidationCheck(nil), r.Checks...), checks...)
+	r.summarize()
+	return r
+}
+
+// summarize sets the verdict from the checks: passed when every check passed, simulated when
+// any check was (a step this host could not really run).
+func (r *ValidationResult) summarize() {
+	r.Passed, r.Simulated = len(r.Checks) > 0, false
 	var failed []string
-	for _, c := range res.Checks {
+	for _, c := range r.Checks {
 		if !c.Passed {
+			r.Passed = false
 			failed = append(failed, c.Name)
 		}
-	}
-	if res.Passed {
-		res.Summary = fmt.Sprintf("%d checks passed", len(res.Checks))
-		if res.Simulated {
-			res.Summary += " (device reset simulated)"
+		if c.Simulated {
+			r.Simulated = true
 		}
-	} else {
-		res.Summary = "failed: " + strings.Join(failed, ", ")
 	}
-	return res
+	if !r.Passed {
+		r.Summary = "failed: " + strings.Join(failed, ", ")
+		return
+	}
+	r.Summary = fmt.Sprintf("%d checks passed", len(r.Checks))
+	if r.Simulated {
+		r.Summary += " (some simulated: see the checks)"
+	}
 }

@@ -24,7 +24,7 @@ kver=$(ls pkg/lib/modules | head -1)
 r=root
 mkdir -p $r/{bin,sbin,etc/dropbear,proc,sys,dev,run,tmp,mnt/seed,lib/modules,var/lib/gpuaas,home,root,usr/share/udhcpc}
 cp pkg/bin/busybox $r/bin/busybox
-for a in acpid wc stty uname id env true false sh mount umount insmod ip ifconfig route udhcpc dd cat grep sed mkdir chmod chown echo sleep ls head tr cut date test poweroff reboot sync hostname ps kill; do ln -s busybox $r/bin/$a; done
+for a in acpid wc stty uname id env true false sh mount umount insmod ip ifconfig route udhcpc dd cat grep sed mkdir chmod chown echo sleep ls head tail tr cut date test poweroff reboot sync hostname ps kill printf wget; do ln -s busybox $r/bin/$a; done
 cp pkg/usr/sbin/dropbear $r/sbin/ && cp pkg/usr/bin/dropbearkey $r/bin/
 mkdir -p $r/lib/x86_64-linux-gnu $r/lib64
 # copy every shared library dropbear needs, resolved from the packages (not the host)
@@ -69,7 +69,8 @@ cat > $r/init <<'S'
 #!/bin/sh
 # gpuaas lab guest: a minimal NoCloud consumer (not cloud-init). It reads the seed volume
 # labelled cidata, installs the user-data's SSH keys for the default user, takes an address
-# by DHCP, starts dropbear and writes the slice-ready marker.
+# by DHCP, starts dropbear and writes the slice-ready marker. A validation VM's seed also
+# holds the validation script ("validate"), which it then runs once.
 export PATH=/bin:/sbin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts; mount -t devpts devpts /dev/pts
@@ -115,6 +116,11 @@ dropbear -r /etc/dropbear/dropbear_ed25519_host_key -s -E -p 22 2>/dev/console
 mkdir -p /var/lib/gpuaas && date -u +%FT%TZ > /var/lib/gpuaas/slice-ready
 chmod 755 /var/lib/gpuaas; chmod 644 /var/lib/gpuaas/slice-ready
 echo "gpuaas-guest: ready"
+for f in /mnt/seed/*; do
+  case "$(echo "${f##*/}" | tr A-Z a-z)" in
+    validate*) echo "gpuaas-guest: running the validation script"; (sh "$f"; echo "gpuaas-guest: validation script exited $?") >/dev/console 2>&1 & ;;
+  esac
+done
 while true; do sleep 3600; done
 S
 chmod 755 $r/init

@@ -274,3 +274,26 @@ func (d *Dir) Held() ([]Lease, error) {
 	}
 	return out, nil
 }
+
+// HolderOf returns the allocation whose live lease holds the slot or any of its devices (""
+// when none): a slot leased here belongs to a slice that is provisioning, running or
+// releasing on this host.
+func (d *Dir) HolderOf(slotID string, devices ...string) (string, error) {
+	held, err := d.Held()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range held {
+		if l.SlotID == slotID {
+			return l.AllocationID, nil
+		}
+		for _, have := range l.Devices {
+			for _, want := range devices {
+				if want != "" && have == want {
+					return l.AllocationID, nil
+				}
+			}
+		}
+	}
+	return "", nil
+}

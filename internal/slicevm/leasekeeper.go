@@ -85,3 +85,6 @@ func (h *Host) KeepLeases(ctx context.Context) {
 		}
 	}
 }
+
+// Leases is the host's slice lease directory (hostd's own checks read who holds a slot).
+func (h *Host) Leases() *leases.Dir { return h.cfg.Leases }

@@ -179,7 +179,7 @@ func (h *Host) Provision(ctx context.Context, p *task.VMProvision, rec *Recorder
 			f, err := cloudinit.Render(cloudinit.Seed{InstanceID: p.AllocationID, Hostname: hostname(p.AllocationID),
 				Username: p.Image.Username, SSHPublicKeys: p.SSHPublicKeys, TerminalKey: pubKey, MAC: boot.MACAddress,
 				IP: boot.PrivateIP, TelemetryToken: token, ReadyMarker: ReadyMarker, TelemetryURL: h.telemetryURL(),
-				GuestDriverProfile: p.Profile.GuestDriverProfile})
+				GuestDriverProfile: p.Profile.GuestDriverProfile, Validation: p.Validation})
 			if err != nil {
 				return "", err
 			}

@@ -87,6 +87,27 @@ func TestWarmSlotIsStagedOnlyAfterItsWipeProofAndForgottenOnReuse(t *testing.T) 
 		t.Fatalf("candidates with slot 0 staged: %+v", c)
 	}
 
+	// A quick validation leaves the disk and the record alone; a burn-in boots a VM from the
+	// disk and wipes it again, which ends the record, however the run is recorded.
+	for _, level := range []string{"quick", "burn-in"} {
+		if err := w.st.InTx(ctx, func(tx *store.Tx) error {
+			_, err := tx.RecordValidation(ctx, store.ValidationRecord{SlotID: w.slotID, NodeID: w.nodeID, Level: level, Passed: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		slots, err := w.st.ListSlots(ctx, w.nodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if staged := slots[0].StagedImage != nil; staged != (level == "quick") {
+			t.Fatalf("slot 0 after a %s validation: staged %v", level, staged)
+		}
+	}
+	if ok, err := w.st.RecordStaged(ctx, w.slotID, img.ID, img.DigestSHA256, proof); !ok || err != nil {
+		t.Fatalf("staging again after the burn-in: recorded=%v %v", ok, err)
+	}
+
 	// The next reservation ends the record. No index names a staged column, so neither the
 	// staging nor that status change costs a slot its HOT update (TestSlotStatusChangesAreHOTUpdates).
 	var indexed int

@@ -21,7 +21,7 @@ var constraintWords = map[string]string{
 	"allocations_sku_fkey":                       "SKU not found",
 	"allocations_os_image_id_fkey":               "image not found",
 	"node_resource_slots_node_id_slot_index_key": "that slot index already exists on the node",
-	"sku_catalog_validation_policy_valid":        "validation_policy must be none or quick",
+	"sku_catalog_validation_policy_valid":        "validation_policy must be none, quick or burn-in",
 	"slot_health_events_signal_check":            "a health signal is lower-case letters, digits and . _ : -",
 	"tenant_quotas_tenant_id_fkey":               "tenant not found",
 	"tenant_quotas_sku_fkey":                     "SKU not found",

@@ -101,6 +101,9 @@ type VMProvision struct {
 	// ImageKeys are the publisher keys the controller trusts; this task's signature carries
 	// them to the host, which checks Image.Signature against them.
 	ImageKeys []imagesig.Key `json:"image_keys,omitempty"`
+	// Validation makes the guest a burn-in validation VM: its seed carries the validation
+	// script, which reports through the guest telemetry channel (slot.validate sets it).
+	Validation bool `json:"validation,omitempty"`
 }
 
 // VMRelease is the payload of slice.vm_release.
@@ -136,11 +139,18 @@ type WipeVerify struct {
 // SlotValidate is the payload of slot.validate: check one slot's devices before it is sold
 // again (docs/health.md). Level "quick": each PCI function present, config space readable, its
 // link at full width, no AER fatal or non-fatal errors, then a function reset read back.
+// Level "burn-in": the quick checks, then a validation VM booted on the slot's devices from
+// BurnIn's plan, whose guest runs nvidia-smi and dcgmi and reports through the guest telemetry
+// channel; the VM is then released and the slot's disk wiped and verified again.
 type SlotValidate struct {
 	SlotID   string `json:"slot_id"`
-	Level    string `json:"level"` // quick
+	Level    string `json:"level"` // quick | burn-in
 	GPUPCI   string `json:"gpu_pci"`
 	FabricVF string `json:"fabric_vf_pci,omitempty"`
+	// BurnIn is the validation VM's plan (level burn-in): one bundle, this slot's.
+	BurnIn *VMProvision `json:"burn_in,omitempty"`
+	// BurnInTimeoutS bounds the wait for the guest's validation report (default 600).
+	BurnInTimeoutS int `json:"burn_in_timeout_s,omitempty"`
 }
 
 // Reconcile is the payload of slice.reconcile: what the controller believes runs on the

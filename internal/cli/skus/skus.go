@@ -15,7 +15,7 @@ import (
 // NewCmdSKUs is the `skus` command group.
 func NewCmdSKUs(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "skus", Short: "The product catalog", Aliases: []string{"sku"}}
-	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil), NewCmdSet(f))
+	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil), NewCmdSet(f), NewCmdValidation(f))
 }
 
 func printSKUs(t *output.TableWriter, skus []apiv1.SKU) {
@@ -140,6 +140,9 @@ func NewCmdShow(f *cmdutil.Factory) *cobra.Command {
 					t.Row("Price:", output.Money(s.GPUHourlyPriceMinor, s.Currency)+" per GPU-hour")
 					t.Row("Fabric:", output.Dash(s.NetworkFabric))
 					t.Row("Active:", s.Active)
+					if s.CapacityShape == "gpu_slice" {
+						t.Row("Validation:", output.Dash(s.ValidationPolicy))
+					}
 					if len(s.ResourceProfile) > 0 && string(s.ResourceProfile) != "{}" {
 						t.Row("Profile:", string(s.ResourceProfile))
 					}

@@ -131,6 +131,8 @@ func checkLine(c apiv1.ValidationCheck) string {
 	switch {
 	case c.Simulated:
 		res = "simulated"
+	case c.Skipped:
+		res = "skipped"
 	case !c.Passed:
 		res = "FAILED"
 	}
