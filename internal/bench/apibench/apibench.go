@@ -228,21 +228,27 @@ var (
 // Pgbench runs the raw-SQL reference with clients connections for d (pgbench -M prepared,
 // one thread per core) and reads per-pair latencies from its transaction log.
 func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Duration) (Result, error) {
-	res := Result{Kind: "pgbench", Nodes: nodes, Clients: clients, Errors: map[string]int{}}
+	return pgbench(ctx, env, "pgbench", "postgres", reserveRelease, nodes, clients, d)
+}
+
+// pgbench runs script against database (pgbench -M prepared, one thread per core, the
+// variables nodes and tenant set) and measures it as a Result of kind.
+func pgbench(ctx context.Context, env *benchenv.Env, kind, database, script string, nodes, clients int, d time.Duration) (Result, error) {
+	res := Result{Kind: kind, Nodes: nodes, Clients: clients, Errors: map[string]int{}}
 	dir, err := os.MkdirTemp(env.Dir, "pgbench-")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "reserve_release.sql")
-	if err := os.WriteFile(script, []byte(reserveRelease), 0o644); err != nil {
+	file := filepath.Join(dir, "reserve_release.sql")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		return res, err
 	}
 	threads := min(clients, 2)
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(threads),
 		"-T", strconv.Itoa(int(d.Seconds())), "-D", fmt.Sprintf("nodes=%d", nodes), "-D", "tenant=" + env.TenantID,
-		"-f", script, "-l", "--log-prefix", filepath.Join(dir, "log"),
-		"-h", env.PG.SocketDir(), "-U", "gpuaas", "postgres"}
+		"-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"),
+		"-h", env.PG.SocketDir(), "-U", "gpuaas", database}
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
 	cpu0, err := env.CPUNow()
 	if err != nil {
