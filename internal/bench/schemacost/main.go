@@ -35,6 +35,7 @@ func main() {
 	api := flag.Bool("api", false, "also measure the pair through the API")
 	flag.StringVar(&kind, "kind", "pgbench", "what the runs without a trigger or index, and the candidates, measure: pgbench (the raw script) or api")
 	flag.BoolVar(&waldump, "waldump", false, "break each run's WAL down by relation (pg_waldump)")
+	flag.StringVar(&apply, "apply", "", "a candidate (try:NAME) applied before every run: run two of these at once, with and without it, to compare under the same load")
 	flag.BoolVar(&stmtCPU, "stmtcpu", false, "log each statement's CPU (log_statement_stats) and print the statements' CPU per pair")
 	flag.Parse()
 	if err := run(context.Background(), *bin, *nodes, *clients, time.Duration(*seconds)*time.Second, *only, *api); err != nil {
@@ -45,6 +46,9 @@ func main() {
 
 // waldump: break each run's WAL down by relation.
 var waldump bool
+
+// apply is a candidate applied before every run.
+var apply string
 
 // stmtCPU: measure each statement's CPU (slows the runs: only shares and per-statement costs mean anything).
 var stmtCPU bool
@@ -64,6 +68,9 @@ var candidates = []removal{
 	{name: "try:allocations_toast",
 		take:    `ALTER TABLE allocations SET (toast_tuple_target = 256); ALTER TABLE allocations ALTER COLUMN image_snapshot SET COMPRESSION lz4; ALTER TABLE allocations ALTER COLUMN resolved_profile SET COMPRESSION lz4`,
 		restore: `ALTER TABLE allocations RESET (toast_tuple_target)`},
+	{name: "try:no_parent_locks",
+		take:    `ALTER TABLE allocations DROP CONSTRAINT allocations_tenant_id_fkey; ALTER TABLE allocations DROP CONSTRAINT allocations_sku_fkey`,
+		restore: `ALTER TABLE allocations ADD CONSTRAINT allocations_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants(id) NOT VALID; ALTER TABLE allocations ADD CONSTRAINT allocations_sku_fkey FOREIGN KEY (sku) REFERENCES sku_catalog(sku) NOT VALID`},
 	{name: "try:tasks_toast",
 		take:    `ALTER TABLE node_tasks SET (toast_tuple_target = 256)`,
 		restore: `ALTER TABLE node_tasks RESET (toast_tuple_target)`},
@@ -102,6 +109,20 @@ func run(ctx context.Context, bin string, nodes, clients int, d time.Duration, o
 		return err
 	}
 	removals = append(removals, candidates...)
+	if apply != "" {
+		found := false
+		for _, c := range candidates {
+			if c.name == apply {
+				found = true
+				if err := execEach(ctx, env, c.take); err != nil {
+					return fmt.Errorf("apply %s: %w", apply, err)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("no candidate %s", apply)
+		}
+	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(only, ",") {
 		if n = strings.TrimSpace(n); n != "" {
