@@ -2,7 +2,8 @@
 // (auth, JSON, scheduler, transaction, outbox) and, against the same PostgreSQL, a raw-SQL
 // reference run by pgbench: the same reserve (FOR UPDATE SKIP LOCKED on four slots of one
 // node, an allocation and its claims inserted) and release, with no API, no ranking and no
-// audit: the reference for the API throughput and latency targets.
+// audit: the reference for the API throughput and latency targets. The same script on a
+// minimal schema (Minimal) is the reference for what our schema's guarantees cost.
 package apibench
 
 import (
@@ -29,7 +30,7 @@ const GPUs = 4
 
 // Result is one measured configuration.
 type Result struct {
-	Kind        string         `json:"kind"` // "api" or "pgbench"
+	Kind        string         `json:"kind"` // "api", "pgbench" (the raw script on our schema) or "minimal"
 	Nodes       int            `json:"nodes"`
 	Clients     int            `json:"clients"`
 	Round       int            `json:"round,omitempty"` // which of a row's interleaved rounds (1-based; 0: not part of one)
