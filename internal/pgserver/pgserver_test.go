@@ -109,13 +109,16 @@ func TestStartStopRestartKeepsData(t *testing.T) {
 	}
 	exec1(t, s, "app", "CREATE TABLE kept (x int); INSERT INTO kept VALUES (1)")
 
-	var listen, user string
+	var listen, user, walCompression string
 	c := connect(t, s, "app")
-	if err := c.QueryRow(ctx, "SELECT current_setting('listen_addresses'), current_user").Scan(&listen, &user); err != nil {
+	if err := c.QueryRow(ctx, "SELECT current_setting('listen_addresses'), current_user, current_setting('wal_compression')").Scan(&listen, &user, &walCompression); err != nil {
 		t.Fatal(err)
 	}
 	if listen != "" || user != Superuser {
 		t.Fatalf("listen_addresses=%q user=%q; want no TCP and %q", listen, user, Superuser)
+	}
+	if walCompression == "off" { // a durable cluster's full-page images are compressed
+		t.Fatalf("wal_compression=%q; want full-page images compressed", walCompression)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "run", ".s.PGSQL.5432")); err != nil {
 		t.Fatalf("socket missing: %v", err)

@@ -2,7 +2,8 @@
 // (auth, JSON, scheduler, transaction, outbox) and, against the same PostgreSQL, a raw-SQL
 // reference run by pgbench: the same reserve (FOR UPDATE SKIP LOCKED on four slots of one
 // node, an allocation and its claims inserted) and release, with no API, no ranking and no
-// audit: the reference for the API throughput and latency targets.
+// audit: the reference for the API throughput and latency targets. The same script on a
+// minimal schema (Minimal) is the reference for what our schema's guarantees cost.
 package apibench
 
 import (
@@ -29,7 +30,7 @@ const GPUs = 4
 
 // Result is one measured configuration.
 type Result struct {
-	Kind        string         `json:"kind"` // "api" or "pgbench"
+	Kind        string         `json:"kind"` // "api", "pgbench" (the raw script on our schema) or "minimal"
 	Nodes       int            `json:"nodes"`
 	Clients     int            `json:"clients"`
 	Round       int            `json:"round,omitempty"` // which of a row's interleaved rounds (1-based; 0: not part of one)
@@ -228,21 +229,27 @@ var (
 // Pgbench runs the raw-SQL reference with clients connections for d (pgbench -M prepared,
 // one thread per core) and reads per-pair latencies from its transaction log.
 func Pgbench(ctx context.Context, env *benchenv.Env, nodes, clients int, d time.Duration) (Result, error) {
-	res := Result{Kind: "pgbench", Nodes: nodes, Clients: clients, Errors: map[string]int{}}
+	return pgbench(ctx, env, "pgbench", "postgres", reserveRelease, nodes, clients, d)
+}
+
+// pgbench runs script against database (pgbench -M prepared, one thread per core, the
+// variables nodes and tenant set) and measures it as a Result of kind.
+func pgbench(ctx context.Context, env *benchenv.Env, kind, database, script string, nodes, clients int, d time.Duration) (Result, error) {
+	res := Result{Kind: kind, Nodes: nodes, Clients: clients, Errors: map[string]int{}}
 	dir, err := os.MkdirTemp(env.Dir, "pgbench-")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "reserve_release.sql")
-	if err := os.WriteFile(script, []byte(reserveRelease), 0o644); err != nil {
+	file := filepath.Join(dir, "reserve_release.sql")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		return res, err
 	}
 	threads := min(clients, 2)
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(threads),
 		"-T", strconv.Itoa(int(d.Seconds())), "-D", fmt.Sprintf("nodes=%d", nodes), "-D", "tenant=" + env.TenantID,
-		"-f", script, "-l", "--log-prefix", filepath.Join(dir, "log"),
-		"-h", env.PG.SocketDir(), "-U", "gpuaas", "postgres"}
+		"-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"),
+		"-h", env.PG.SocketDir(), "-U", "gpuaas", database}
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
 	cpu0, err := env.CPUNow()
 	if err != nil {

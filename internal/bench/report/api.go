@@ -113,6 +113,9 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 		if err := apibench.PrepareRaw(ctx, env); err != nil {
 			return nil, err
 		}
+		if err := apibench.PrepareMinimal(ctx, env, fleet); err != nil {
+			return nil, fmt.Errorf("minimal reference: %w", err)
+		}
 		// Warm up (statistics, plan caches, connection pools) before anything is measured.
 		if err := apibench.Cleanup(ctx, env); err != nil {
 			return nil, err
@@ -191,10 +194,11 @@ func runAPI(ctx context.Context, work, bin, out string, quick, profile bool) (*a
 	return s, nil
 }
 
-// measureRound runs one round of (fleet, clients) on env: the API, then pgbench, each from a
-// clean, vacuumed and checkpointed fleet, and records both with the double-booking check.
+// measureRound runs one round of (fleet, clients) on env: the API, then pgbench on our
+// schema, then the minimal-schema reference, each from a clean, vacuumed and checkpointed
+// fleet, and records all three with the double-booking check.
 func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out string, fleet, c, round int, each time.Duration, profile bool) error {
-	for _, kind := range []string{"api", "pgbench"} {
+	for _, kind := range []string{"api", "pgbench", "minimal"} {
 		if err := freshRun(ctx, env); err != nil {
 			return err
 		}
@@ -245,24 +249,37 @@ func (s *apiSuite) measureRound(ctx context.Context, env *benchenv.Env, out stri
 			return err
 		}
 		s.DoubleBooked += n
+		if kind == "minimal" {
+			if n, err = apibench.MinimalDoubleBooked(ctx, env); err != nil {
+				return err
+			}
+			s.DoubleBooked += n
+		}
 	}
 	return nil
 }
 
 // freshRun readies env for a measured run: every node's heartbeat fresh, the fleet empty,
-// vacuumed and checkpointed (apibench.Cleanup).
+// vacuumed and checkpointed (apibench.Cleanup), and the minimal reference's database, where
+// there is one, the same.
 func freshRun(ctx context.Context, env *benchenv.Env) error {
 	if err := env.Heartbeat(ctx); err != nil {
 		return err
 	}
-	return apibench.Cleanup(ctx, env)
+	if err := apibench.Cleanup(ctx, env); err != nil {
+		return err
+	}
+	return apibench.CleanupMinimal(ctx, env)
 }
 
-// runKind runs the create+release loop through the API ("api") or the raw-SQL reference
-// ("pgbench") for each.
+// runKind runs the create+release loop through the API ("api"), the raw-SQL reference on our
+// schema ("pgbench") or the same on the minimal schema ("minimal") for each.
 func runKind(ctx context.Context, env *benchenv.Env, kind string, fleet, clients int, each time.Duration) (apibench.Result, error) {
-	if kind == "api" {
+	switch kind {
+	case "api":
 		return apibench.API(ctx, env, fleet, clients, each)
+	case "minimal":
+		return apibench.Minimal(ctx, env, fleet, clients, each)
 	}
 	return apibench.Pgbench(ctx, env, fleet, clients, each)
 }
@@ -331,30 +348,33 @@ func (s *apiSuite) markdown() string {
 	slices.SortStableFunc(rows, func(x, y apibench.Result) int {
 		return cmp.Or(cmp.Compare(x.Nodes, y.Nodes), cmp.Compare(x.Clients, y.Clients), cmp.Compare(x.Round, y.Round))
 	})
-	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d interleaved rounds of %g s of each kind at 1 and 16 clients (api, pgbench, api, ...) and %d of %g s at 64 clients (pgbench's 64 connections need longer to reach a steady rate); each fleet has its own database and controller, and the fleets take turns inside every round: the machine drifts between runs, so targets use each round's ratios and their median. **api**: N workers, each with its own HTTPS connection (HTTP/1.1 keep-alive, prebuilt requests written straight to the TLS connection and every answer checked: a lean load generator, as pgbench's libpq loop is) and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. Both share the machine's %d cores with their load generator; each controller schedules on %d of them (`--max-procs auto`: half when PostgreSQL runs on the same machine, so Go's idle processors do not spin on the database's cores).\n\n", s.PGVersion, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds, runtime.NumCPU(), s.ControllerProcs)
+	fmt.Fprintf(&b, "## Allocation throughput and latency (items 1, 2)\n\nPostgreSQL %s, private cluster with the controller's production settings (fsync on). Each (fleet, clients) row is %d interleaved rounds of %g s of each kind at 1 and 16 clients (api, pgbench, api, ...) and %d of %g s at 64 clients (pgbench's 64 connections need longer to reach a steady rate); each fleet has its own database and controller, and the fleets take turns inside every round: the machine drifts between runs, so targets use each round's ratios and their median. **api**: N workers, each with its own HTTPS connection (HTTP/1.1 keep-alive, prebuilt requests written straight to the TLS connection and every answer checked: a lean load generator, as pgbench's libpq loop is) and a tenant token, creating a 4-GPU allocation and releasing it (cancel before provisioning) in a loop: auth, JSON, scheduler, transaction, audit, outbox. **pgbench**: the raw-SQL reference against the same database, `-M prepared`: lock 4 available slots of a random node `FOR UPDATE SKIP LOCKED`, insert the allocation and claims; then release them. **minimal**: the same script, statement for statement, on a minimal schema in its own database of the same cluster (same server, settings and disk): slots with a status and a primary key, allocations, claims; no triggers, audit, outbox or secondary index: what the reservation costs when the database holds no guarantee beyond the row lock. All three share the machine's %d cores with their load generator; each controller schedules on %d of them (`--max-procs auto`: half when PostgreSQL runs on the same machine, so Go's idle processors do not spin on the database's cores).\n\n", s.PGVersion, s.Rounds, s.RunSeconds, s.WideRounds, s.WideRunSeconds, runtime.NumCPU(), s.ControllerProcs)
 	b.WriteString("| nodes | clients | round | kind | pairs/s | pair p50 ms | pair p99 ms | create p50 ms | create p99 ms | unplaced | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		errs, _ := json.Marshal(r.Errors)
 		cp50, cp99 := fmt.Sprintf("%.2f", r.CreateP50ms), fmt.Sprintf("%.2f", r.CreateP99ms)
-		if r.Kind == "pgbench" {
+		if r.Kind != "api" {
 			cp50, cp99 = "-", "-"
 		}
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %.1f | %.2f | %.2f | %s | %s | %d | %s |\n", r.Nodes, r.Clients, r.Round, r.Kind, r.PairsPerSec, r.PairP50ms, r.PairP99ms, cp50, cp99, r.Unplaced, errs)
 	}
 	b.WriteString("\n**CPU per pair** (user + system ms per create+release pair, from /proc: the controller, every PostgreSQL process including exited backends, and the load generator: the API workers in the bench process or pgbench). On 2 cores a rate is bounded by the CPU a pair costs, so the total's ratio is the rate ratio the machine allows. WAL: KiB of WAL written per pair (PostgreSQL's insert position before and after the run), full-page images included: what the pair's commits wait to flush. Unmeasured: the machine's busy CPU (/proc/stat) beyond the run's own processes, per pair: the other fleet's database and controller (their background work after the previous run), kernel work charged to no process. Idle: the share of the machine's CPU time nothing used.\n\n")
-	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs raw | WAL KiB | unmeasured | idle |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| nodes | clients | round | kind | controller | postgres | load generator | total | total vs reference | WAL KiB | unmeasured | idle |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if r.CPUPerPairMS == nil {
 			continue
 		}
 		c := r.CPUPerPairMS
 		gen, ctl := c["client"], fmt.Sprintf("%.2f", c["controller"])
-		if r.Kind == "pgbench" {
+		if r.Kind != "api" {
 			gen, ctl = c["pgbench"], "-"
 		}
 		vs := "-"
 		if p := s.find("pgbench", r.Nodes, r.Clients, r.Round); r.Kind == "api" && p.CPUPerPairMS != nil {
-			vs = fmt.Sprintf("%.1fx", ratio(totalCPU(r), totalCPU(p)))
+			vs = fmt.Sprintf("%.2fx raw", ratio(totalCPU(r), totalCPU(p)))
+		}
+		if m := s.find("minimal", r.Nodes, r.Clients, r.Round); r.Kind == "pgbench" && m.CPUPerPairMS != nil {
+			vs = fmt.Sprintf("%.2fx minimal", ratio(totalCPU(r), totalCPU(m)))
 		}
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %s | %.2f | %.2f | %.2f | %s | %.1f | %.2f | %.0f%% |\n", r.Nodes, r.Clients, r.Round, r.Kind, ctl, c["postgres"], gen, totalCPU(r), vs, r.WALPerPairKiB, r.OtherCPUPerPairMS, r.IdleShare*100)
 	}
@@ -396,9 +416,24 @@ func (s *apiSuite) markdown() string {
 			qs := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(a.PairsPerSec, p.PairsPerSec) })
 			q := benchenv.Median(qs)
 			cpu := s.roundRatios(fleet, c, func(a, p apibench.Result) float64 { return ratio(totalCPU(a), totalCPU(p)) })
-			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.1f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s. CPU per pair %.2fx the raw script's (median; rounds %s).\n",
-				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5), benchenv.Median(cpu), ratioList(cpu))
+			cq := benchenv.Median(cpu)
+			fmt.Fprintf(&b, "- %d nodes, %d clients: API at %.1f%% of the raw-SQL rate, median of %d rounds (rounds %s) (target >= 50%%): %s. CPU per pair %.2fx the raw script's (median; rounds %s) (target <= 1.6x): %s.\n",
+				fleet, c, q*100, len(qs), percentList(qs), verdict(q >= 0.5), cq, ratioList(cpu), verdict(cq > 0 && cq <= 1.6))
+			ms := s.kindRatios("pgbench", "minimal", fleet, c, func(p, m apibench.Result) float64 { return ratio(p.PairsPerSec, m.PairsPerSec) })
+			m := benchenv.Median(ms)
+			mc := benchenv.Median(s.kindRatios("pgbench", "minimal", fleet, c, func(p, m apibench.Result) float64 { return ratio(totalCPU(p), totalCPU(m)) }))
+			fmt.Fprintf(&b, "- %d nodes, %d clients: the raw script on our schema at %.1f%% of the minimal schema's rate, median of %d rounds (rounds %s) (target >= 66%%): %s. CPU per pair %.2fx the minimal schema's (median).\n",
+				fleet, c, m*100, len(ms), percentList(ms), verdict(m >= 0.66), mc)
 		}
+		var wal []float64
+		for _, r := range s.Results {
+			if r.Kind == "api" && r.Nodes == fleet && r.Clients >= 16 && r.Pairs > 0 {
+				wal = append(wal, r.WALPerPairKiB)
+			}
+		}
+		w := benchenv.Median(wal)
+		fmt.Fprintf(&b, "- %d nodes: WAL per pair through the API at 16 and 64 clients, median of %d runs %.1f KiB (target <= 12 KiB): %s.\n",
+			fleet, len(wal), w, verdict(w > 0 && w <= 12))
 		qs := s.roundRatios(fleet, 1, func(a, p apibench.Result) float64 { return ratio(a.PairP50ms, p.PairP50ms) })
 		q := benchenv.Median(qs)
 		fmt.Fprintf(&b, "- %d nodes, 1 client: pair p50 against the raw script's, median of %d rounds %.2fx (rounds %s) (target <= 2x): %s.",
@@ -448,12 +483,17 @@ func (s *apiSuite) plan(clients int) (rounds int, each time.Duration) {
 
 // roundRatios is f(api run, pgbench run) for each round of (fleet, clients).
 func (s *apiSuite) roundRatios(fleet, clients int, f func(a, p apibench.Result) float64) []float64 {
+	return s.kindRatios("api", "pgbench", fleet, clients, f)
+}
+
+// kindRatios is f(run of kind x, run of kind y) for each round of (fleet, clients).
+func (s *apiSuite) kindRatios(x, y string, fleet, clients int, f func(a, b apibench.Result) float64) []float64 {
 	var out []float64
 	rounds, _ := s.plan(clients)
 	for round := 1; round <= rounds; round++ {
-		a, p := s.find("api", fleet, clients, round), s.find("pgbench", fleet, clients, round)
-		if a.Pairs > 0 && p.Pairs > 0 {
-			out = append(out, f(a, p))
+		a, b := s.find(x, fleet, clients, round), s.find(y, fleet, clients, round)
+		if a.Pairs > 0 && b.Pairs > 0 {
+			out = append(out, f(a, b))
 		}
 	}
 	return out

@@ -37,3 +37,32 @@ func TestOneClientLatencyJudgesPairsAndShowsTheCreate(t *testing.T) {
 		t.Fatalf("after a slow round 3 the verdict should be 2.25x, not met:\n%s", md)
 	}
 }
+
+// Each round's raw script is judged against the minimal schema's run of the same round, the
+// API's CPU per pair against the raw script's, and the API's WAL per pair at 16 and 64
+// clients against 12 KiB; every row shows the minimal reference beside the raw script.
+func TestMinimalReferenceCPUAndWALTargets(t *testing.T) {
+	run := func(kind string, clients, round int, rate, cpu, wal float64) apibench.Result {
+		return apibench.Result{Kind: kind, Nodes: 500, Clients: clients, Round: round, Pairs: 100, PairsPerSec: rate,
+			CPUPerPairMS: map[string]float64{"postgres": cpu}, WALPerPairKiB: wal}
+	}
+	s := &apiSuite{Fleets: []int{500}, Clients: []int{16, 64}, Rounds: 2, RunSeconds: 5, WideRounds: 1, WideRunSeconds: 12, Results: []apibench.Result{
+		run("api", 16, 1, 100, 6, 20), run("pgbench", 16, 1, 200, 4, 15), run("minimal", 16, 1, 400, 1, 3), // raw 50% of minimal, CPU 1.5x
+		run("api", 16, 2, 100, 8, 22), run("pgbench", 16, 2, 300, 4, 15), run("minimal", 16, 2, 400, 1, 3), // 75%, 2.0x
+		run("api", 64, 1, 100, 6, 10), run("pgbench", 64, 1, 300, 5, 15), run("minimal", 64, 1, 400, 1, 3), // 75%, 1.2x
+	}}
+	md := s.markdown()
+	for _, want := range []string{
+		"- 500 nodes, 16 clients: the raw script on our schema at 62.5% of the minimal schema's rate, median of 2 rounds (rounds 50%, 75%) (target >= 66%): **not met**.",
+		"- 500 nodes, 64 clients: the raw script on our schema at 75.0% of the minimal schema's rate, median of 1 rounds (rounds 75%) (target >= 66%): met.",
+		"CPU per pair 1.75x the raw script's (median; rounds 1.50x, 2.00x) (target <= 1.6x): **not met**.",
+		"CPU per pair 1.20x the raw script's (median; rounds 1.20x) (target <= 1.6x): met.",
+		"WAL per pair through the API at 16 and 64 clients, median of 3 runs 20.0 KiB (target <= 12 KiB): **not met**.",
+		"| 500 | 16 | 1 | minimal | 400.0 |",
+		"| 500 | 16 | 1 | pgbench | - | 4.00 | 0.00 | 4.00 | 4.00x minimal | 15.0 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}

@@ -116,12 +116,13 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 	if quick {
 		mode = "quick"
 	}
-	fmt.Fprintf(&b, "# gpuaas benchmark report (%s)\n\n%s on %s: %d CPUs, %s memory, %s; took %s. These machines are noisy: compare ratios within one run, not absolute numbers across runs. Targets are goals, not test assertions.\n\n",
-		mode, time.Now().UTC().Format("2006-01-02 15:04Z"), hostname(), runtime.NumCPU(), memTotal(), runtime.Version(), time.Since(start).Round(time.Second))
+	fmt.Fprintf(&b, "# gpuaas benchmark report (%s)\n\n%s on %s: %d CPUs (%s), %s memory, %s; took %s. These machines are noisy: compare ratios within one run, not absolute numbers across runs. Targets are goals, not test assertions.\n\n",
+		mode, time.Now().UTC().Format("2006-01-02 15:04Z"), hostname(), runtime.NumCPU(), cpuModel(), memTotal(), runtime.Version(), time.Since(start).Round(time.Second))
 	for _, s := range sections {
 		b.WriteString(s)
 		b.WriteString("\n")
 	}
+	results["machine"] = map[string]any{"cpus": runtime.NumCPU(), "cpu_model": cpuModel(), "memory": memTotal(), "host": hostname()}
 	if err := writeJSON(filepath.Join(out, "report.json"), results); err != nil {
 		return err
 	}
@@ -269,6 +270,21 @@ func find(rs []placement.Result, policy string, load float64) placement.Result {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+// cpuModel is the first processor's model name in /proc/cpuinfo ("unknown CPU model" when
+// there is none): results are quoted with the machine they came from.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU model"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU model"
 }
 
 func memTotal() string {

@@ -1,0 +1,105 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+)
+
+// The guards of a reservation cost a function call per changed slot row and one per claims
+// statement, not a query per row (migration 032): reserving four slots of one node with
+// their claims, as claimsInsertSQL does, calls the slot's transition guard once per slot,
+// the slot-claim checks once, and neither the per-row claim trigger, the table-driven
+// transition check nor the separate wipe-gate trigger. The guarantees themselves are the
+// wipe gate, transition, simulated-node and mutual-exclusion tests'.
+func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	n := addNode(t, st, "guards-a", 70)
+	conn := connect(t, url)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's writes are thrown away
+	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	var alloc string
+	if err := tx.QueryRow(ctx, `WITH t AS (INSERT INTO tenants (name) VALUES ('guards') RETURNING id)
+		INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id, price_snapshot)
+		SELECT t.id, 'h200-sxm-slice', 'gpu_slice', 4, '', $1, '{}' FROM t RETURNING id::text`, n.ID).Scan(&alloc); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() map[string]int {
+		t.Helper()
+		out := map[string]int{}
+		for _, f := range []string{"claims_mutual_exclusion", "claims_slot_checks", "check_status_transition", "slot_wipe_gate", "slot_transition_guard"} {
+			var c int
+			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			out[f] = c
+		}
+		return out
+	}
+	before := calls()
+	if _, err := tx.Exec(ctx, `WITH s AS (SELECT id, node_id, capacity_metadata->>'fabric_vf_pci_address' AS vf FROM node_resource_slots
+			WHERE node_id = $2 ORDER BY slot_index LIMIT 4),
+		c AS (INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
+			SELECT $1, node_id, id, 'slot', vf, '{}' FROM s RETURNING slot_id)
+		UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id IN (SELECT slot_id FROM c)`, alloc, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := calls()
+	want := map[string]int{"claims_mutual_exclusion": 0, "claims_slot_checks": 1, "check_status_transition": 0, "slot_wipe_gate": 0, "slot_transition_guard": 4}
+	for f, w := range want {
+		if got := after[f] - before[f]; got != w {
+			t.Errorf("reserving 4 slots with their claims called %s %d times, want %d", f, got, w)
+		}
+	}
+}
+
+// The transition checks are generated from the state machine tables and follow them: every
+// pair of statuses is allowed exactly when its table lists it, and a transition added to a
+// table is allowed at once (the table stays the source of truth, as migrations 004 and 008
+// used it).
+func TestTransitionChecksFollowTheirTables(t *testing.T) {
+	_, url := open(t)
+	ctx := context.Background()
+	conn := connect(t, url)
+	for _, m := range []struct{ table, check, statuses string }{
+		{"slot_transitions", "slot_transition_allowed",
+			"'available', 'reserved', 'provisioning', 'active', 'releasing', 'cleanup', 'cleanup_blocked', 'failed', 'disabled'"},
+		{"allocation_transitions", "allocation_transition_allowed",
+			"'requested', 'provisioning', 'active', 'releasing', 'released', 'failed'"},
+	} {
+		var pairs, disagree int
+		if err := conn.QueryRow(ctx, `WITH s(v) AS (SELECT unnest(ARRAY[`+m.statuses+`]))
+			SELECT count(*), count(*) FILTER (WHERE `+m.check+`(f.v, t.v) IS DISTINCT FROM
+				EXISTS (SELECT 1 FROM `+m.table+` x WHERE x.from_status = f.v AND x.to_status = t.v))
+			FROM s f, s t`).Scan(&pairs, &disagree); err != nil {
+			t.Fatal(err)
+		}
+		if pairs == 0 || disagree != 0 {
+			t.Errorf("%s: %d of %d status pairs disagree with %s", m.check, disagree, pairs, m.table)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the added transition is thrown away
+	var before, after bool
+	if err := tx.QueryRow(ctx, `SELECT slot_transition_allowed('disabled', 'cleanup')`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO slot_transitions VALUES ('disabled', 'cleanup')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT slot_transition_allowed('disabled', 'cleanup')`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if before || !after {
+		t.Fatalf("disabled -> cleanup allowed %v before it was added to slot_transitions, %v after; want false, true", before, after)
+	}
+}
