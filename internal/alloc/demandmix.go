@@ -15,8 +15,8 @@ import (
 // requests this controller's replicas have seen, or the default. Creates count their request
 // in the learner's memory, never in their transaction.
 
-// SetDemand installs the demand learner (before the service is used). Without one, placement
-// protects sched.DefaultMix and counts nothing.
+// SetDemand installs the demand learner (before the service is used); nil: placement protects
+// sched.DefaultMix and counts nothing.
 func (s *Service) SetDemand(l *demand.Learner) { s.demand = l }
 
 // Demand is the installed learner (nil: none).

@@ -42,7 +42,7 @@ type Service struct {
 	windows, fleetScans atomic.Uint64
 	// creating counts this replica's creates under way (windowEmptyTies).
 	creating atomic.Int64
-	// demand is the learned demand mix (demandmix.go); nil: the default mix, nothing counted.
+	// demand is the learned demand mix (demandmix.go).
 	demand *demand.Learner
 }
 
@@ -80,7 +80,9 @@ func New(st *store.Store, cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{st: st, cfg: cfg}
+	// A learner that counts in memory and serves the default mix until something runs it
+	// (the controller installs its own, run and flushed: SetDemand).
+	return &Service{st: st, cfg: cfg, demand: demand.New(st, demand.Config{Now: cfg.Now})}
 }
 
 // Actor is who asks.
