@@ -63,14 +63,15 @@ func (s *Service) DemandMix(sku apiv1.SKU, region string) *apiv1.DemandMix {
 	}
 	m := s.demand.Mix(sku.SKU, region)
 	entries := m.Entries
+	minRequests := 0.0
 	if m.Source == demand.SourceDefault {
-		entries = sched.DefaultMix()
+		entries, minRequests = sched.DefaultMix(), demand.MinRequests
 	}
 	total := 0
 	for _, e := range entries {
 		total += e.Weight
 	}
-	out := &apiv1.DemandMix{Source: m.Source, Requests: m.Requests, Scope: m.Scope, PinnedBy: m.PinnedBy, Entries: []apiv1.DemandMixEntry{}}
+	out := &apiv1.DemandMix{Source: m.Source, Requests: m.Requests, MinRequests: minRequests, Scope: m.Scope, PinnedBy: m.PinnedBy, Entries: []apiv1.DemandMixEntry{}}
 	if !m.PinnedAt.IsZero() {
 		t := m.PinnedAt
 		out.PinnedAt = &t

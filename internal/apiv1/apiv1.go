@@ -481,10 +481,12 @@ type DemandMix struct {
 	Entries []DemandMixEntry `json:"entries"`
 	// Requests is the decayed requests a learned mix comes from; for the default, the
 	// history gathered so far.
-	Requests float64    `json:"requests"`
-	Scope    string     `json:"scope,omitempty"` // learned: region (the region's own) or sku (every region's)
-	PinnedBy string     `json:"pinned_by,omitempty"`
-	PinnedAt *time.Time `json:"pinned_at,omitempty"`
+	Requests float64 `json:"requests"`
+	// MinRequests is the history a learned mix needs (shown with the default).
+	MinRequests float64    `json:"min_requests,omitempty"`
+	Scope       string     `json:"scope,omitempty"` // learned: region (the region's own) or sku (every region's)
+	PinnedBy    string     `json:"pinned_by,omitempty"`
+	PinnedAt    *time.Time `json:"pinned_at,omitempty"`
 }
 
 // DemandMixEntry is one request size of a demand mix: its weight, relative to the others',
