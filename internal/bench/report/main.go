@@ -219,6 +219,11 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 		fmt.Fprintf(&b, "%d nodes %d µs; ", s["nodes"], s["microseconds_per_decision"])
 	}
 	b.WriteString("(it should grow about linearly: nodes are ranked, slot combinations are never enumerated).\n")
+	demands, err := runPlacementDemands(out, nodes, events, seeds)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("\n" + demands)
 	b.WriteString("\nPlots: ")
 	for _, p := range plots {
 		fmt.Fprintf(&b, "[%s](%s) ", p.file, p.file)
