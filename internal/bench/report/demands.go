@@ -122,7 +122,7 @@ func runPlacementDemands(out string, nodes, events int, seeds []int64) (string, 
 		Runs   []placement.Result `json:"runs"`
 	}
 	var all []demandRuns
-	for _, d := range placement.Demands() {
+	for _, d := range append([]placement.Demand{placement.DefaultDemand}, placement.Demands()...) {
 		all = append(all, demandRuns{Demand: d.Name, Phases: d.Phases, Runs: placement.SweepDemand(d, placers, nodes, events, demandLoads, seeds)})
 	}
 	took := time.Since(start)
@@ -131,7 +131,7 @@ func runPlacementDemands(out string, nodes, events int, seeds []int64) (string, 
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "### Placement under demand unlike the default\n\n%d nodes, %d requests per load, seeds %v, loads %v; took %s. ",
+	fmt.Fprintf(&b, "### Placement under other demand\n\n%d nodes, %d requests per load, seeds %v, loads %v; took %s. ",
 		nodes, events, seeds, demandLoads, took.Round(time.Second))
 	b.WriteString("gpuaas is never told the generator's mix: it learns it from the requests it sees, created and refused, with the controller's learner (`demand.Counts`, 6 h half-life, one simulated minute per unit of time, lifetimes averaging 100 units; the default mix until 50 requests). ")
 	b.WriteString("Primary results, means over the seeds (gpuaas / best-fit / first-fit), with the verdict against best-fit: the mean per-seed difference beyond twice its standard error is better or WORSE, else equal. 4- and 8-GPU requests served are judged at loads from 1.1 (below, every policy serves all); the idle share of the fleet when a request was refused only over seeds where both refused one. FGD fragmentation (the share of free GPUs unusable for the next request, weighed by the generator's mix) is secondary.\n\n")
