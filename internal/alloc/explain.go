@@ -112,11 +112,13 @@ func (s *Service) explain(ctx context.Context, actor Actor, req apiv1.PlacementR
 	if err != nil {
 		return out, err
 	}
-	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
+	outcome := sched.PlaceSlice(s.sliceRequest(r), buildNodes(cands, topo))
 	if len(outcome.Choices) == 0 {
 		return explainError(s.diagnose(r, outcome, func() (store.Blockers, error) { return s.st.SliceBlockers(ctx, s.query(r)) }))
 	}
-	return explained(r, outcome, len(cands)), nil
+	out = explained(r, outcome, len(cands))
+	out.DemandMix = s.DemandMix(r.sku, r.region)
+	return out, nil
 }
 
 // explained is a feasible explain answer: the ranking's first choices and why.
@@ -173,7 +175,7 @@ func (s *Service) explainInReservation(ctx context.Context, actor Actor, req api
 	if err != nil {
 		return apiv1.PlacementExplain{}, err
 	}
-	outcome := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo))
+	outcome := sched.PlaceSlice(s.sliceRequest(r), buildNodes(cands, topo))
 	if len(outcome.Choices) == 0 {
 		return explainError(reservationFull(r, outcome))
 	}
@@ -205,6 +207,9 @@ func (s *Service) Capacity(ctx context.Context, actor Actor, skuFilter, region s
 		}
 		r := request{sku: sku, region: region, tenant: actor.TenantID}
 		c := apiv1.Capacity{SKU: sku.SKU, Region: region, CapacityShape: sku.CapacityShape, Launchable: map[string]int{}}
+		if actor.isAdmin() {
+			c.DemandMix = s.DemandMix(sku, region) // aggregate demand of every tenant: operators only
+		}
 		if c.Region == "" {
 			c.Region = "*"
 		}
@@ -236,7 +241,7 @@ func (s *Service) Capacity(ctx context.Context, actor Actor, skuFilter, region s
 		c.BlockedByPolicy = b.FabricPolicy + b.StoragePolicy
 		if _, err := s.st.ResolveSliceImage(ctx, sku.SKU, ""); err == nil {
 			for _, n := range sku.AllowedGPUCounts {
-				c.Launchable[strconv.Itoa(n)] = simulate(buildNodes(cands, topo), n, policyFor(sku, n))
+				c.Launchable[strconv.Itoa(n)] = simulate(buildNodes(cands, topo), sched.Request{GPUs: n, Policy: policyFor(sku, n), Mix: s.mixFor(r)})
 			}
 		} else {
 			for _, n := range sku.AllowedGPUCounts {
@@ -249,10 +254,10 @@ func (s *Service) Capacity(ctx context.Context, actor Actor, skuFilter, region s
 }
 
 // simulate counts how many n-GPU placements fit at once, placing greedily with the real ranking.
-func simulate(nodes []sched.Node, n int, policy sched.Policy) int {
+func simulate(nodes []sched.Node, req sched.Request) int {
 	count := 0
 	for {
-		o := sched.PlaceSlice(sched.Request{GPUs: n, Policy: policy}, nodes)
+		o := sched.PlaceSlice(req, nodes)
 		if len(o.Choices) == 0 {
 			return count
 		}

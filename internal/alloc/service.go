@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
+	"github.com/gpuaas/gpuaas/internal/demand"
 	"github.com/gpuaas/gpuaas/internal/sched"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -41,6 +42,8 @@ type Service struct {
 	windows, fleetScans atomic.Uint64
 	// creating counts this replica's creates under way (windowEmptyTies).
 	creating atomic.Int64
+	// demand is the learned demand mix (demandmix.go).
+	demand *demand.Learner
 }
 
 // PlacementStats counts how slice reservations have read the fleet since the service started:
@@ -77,7 +80,9 @@ func New(st *store.Store, cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{st: st, cfg: cfg}
+	// A learner that counts in memory and serves the default mix until something runs it
+	// (the controller installs its own, run and flushed: SetDemand).
+	return &Service{st: st, cfg: cfg, demand: demand.New(st, demand.Config{Now: cfg.Now})}
 }
 
 // Actor is who asks.
@@ -119,6 +124,8 @@ type request struct {
 	emptyTies int
 	// reservation is the capacity reservation to place inside ("" = the fleet).
 	reservation string
+	// mix is the demand mix the ranking protects (mixFor; nil: sched.DefaultMix).
+	mix []sched.MixEntry
 }
 
 // windowEmptyTies is how many of the nodes alike that hold no allocation a create's windows
@@ -257,7 +264,11 @@ func (s *Service) resolveRequest(ctx context.Context, tx *store.Tx, actor Actor,
 	} else {
 		sku, err = s.st.GetSKU(ctx, skuName)
 	}
-	return requestFor(actor, skuName, sku, err, gpus, region)
+	r, err := requestFor(actor, skuName, sku, err, gpus, region)
+	if err == nil {
+		r.mix = s.mixFor(r)
+	}
+	return r, err
 }
 
 // requestFor validates a request against its SKU, as read (err: the read's outcome).
@@ -315,7 +326,8 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	var allocID string
 	var written store.AllocationRecord
 	var writtenTasks []store.TaskRecord
-	var held txSlots // what this request's transaction has locked and reserved (s.inflight)
+	var held txSlots   // what this request's transaction has locked and reserved (s.inflight)
+	var asked *request // the request as validated, for the demand learner (countDemand)
 	committed := false
 	defer func() {
 		if committed {
@@ -360,15 +372,18 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		}
 		r.emptyTies = emptyTies
 		r.reservation = req.ReservationID
+		r.mix = s.mixFor(r)
+		asked = &r
 		allocID, err = s.reserve(ctx, tx, actor, r, req, look, idemKey, hash, &written, &writtenTasks, &held)
 		return err
 	})
 	committed = err == nil
+	// Two requests racing with one idempotency key: the loser replays the winner.
+	if err != nil && idemKey != "" && isIdempotencyConflict(err) {
+		return s.Create(ctx, actor, req, idemKey)
+	}
+	s.countDemand(asked, replayed, err)
 	if err != nil {
-		// Two requests racing with one idempotency key: the loser replays the winner.
-		if idemKey != "" && isIdempotencyConflict(err) {
-			return s.Create(ctx, actor, req, idemKey)
-		}
 		var dbe *store.DBError
 		if errors.As(err, &dbe) && dbe.Constraint == "allocations_tenant_id_fkey" {
 			return out, false, invalid("unknown tenant %s", actor.TenantID)
@@ -538,7 +553,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		if err != nil {
 			return "", err
 		}
-		if again := sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo)); len(again.Choices) == 0 {
+		if again := sched.PlaceSlice(s.sliceRequest(r), buildNodes(cands, topo)); len(again.Choices) == 0 {
 			return "", s.diagnose(r, again, func() (store.Blockers, error) { return tx.SliceBlockers(ctx, s.query(r)) })
 		}
 		if round == 1 {
@@ -617,7 +632,7 @@ func firstWindow(q store.PlacementQuery, gpus, group, emptyTies int) store.Windo
 // returns the last ranking, which is the full one (for diagnosis) when nothing was tried.
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
-	req := sched.Request{GPUs: r.gpus, Policy: r.policy}
+	req := s.sliceRequest(r)
 	wr := firstWindow(q, r.gpus, sched.WindowGroup(req), r.emptyTies)
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
@@ -691,7 +706,7 @@ func (s *Service) rank(ctx context.Context, tx *store.Tx, r request, cands []sto
 	if err != nil {
 		return sched.Outcome{}, err
 	}
-	return sched.PlaceSlice(sched.Request{GPUs: r.gpus, Policy: r.policy}, buildNodes(cands, topo)), nil
+	return sched.PlaceSlice(s.sliceRequest(r), buildNodes(cands, topo)), nil
 }
 
 func usage(r request, price apiv1.Price, nodeID string, slotIDs []string) map[string]any {

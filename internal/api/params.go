@@ -41,6 +41,7 @@ func plainText(s string) bool {
 // silently unfiltered answer. A route not listed takes none.
 var queryParams = map[string][]string{
 	"GET /api/v1/capacity":                     {"sku", "region"},
+	"GET /api/v1/admin/skus/{sku}/demand-mix":  {"region"},
 	"GET /api/v1/allocations":                  {"status"},
 	"GET /api/v1/admin/os-images":              {"target", "active", "family", "accelerator_vendor", "network_fabric"},
 	"DELETE /api/v1/admin/os-images/{id}":      {"hard"},

@@ -311,6 +311,9 @@ func (s *Server) table() []route {
 		{"POST", "/api/v1/admin/skus/{sku}/image-rollout", adminOnly, s.startRollout, "Start a canary: the image becomes the default on a share of nodes or named regions", apiv1.ImageRolloutCreate{}, apiv1.ImageRollout{}, 201},
 		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/promote", adminOnly, s.finishRollout(true), "Promote the canary image to the SKU's default", nil, apiv1.ImageRollout{}, 200},
 		{"POST", "/api/v1/admin/skus/{sku}/image-rollout/rollback", adminOnly, s.finishRollout(false), "End the canary, or move the default back from the last promotion; allocations keep their image", nil, apiv1.ImageRollout{}, 200},
+		{"GET", "/api/v1/admin/skus/{sku}/demand-mix", adminOnly, s.getDemandMix, "The demand mix a slice SKU's placement protects and its source: learned (from N decayed requests), pinned or default (query: region)", nil, apiv1.DemandMix{}, 200},
+		{"PUT", "/api/v1/admin/skus/{sku}/demand-mix", adminOnly, s.pinDemandMix, "Pin a slice SKU's demand mix (GPU counts with relative weights); it wins over the learned one", apiv1.DemandMixPin{}, apiv1.DemandMix{}, 200},
+		{"DELETE", "/api/v1/admin/skus/{sku}/demand-mix", adminOnly, s.unpinDemandMix, "Unpin a slice SKU's demand mix: the learned one (or the default) applies again", nil, apiv1.DemandMix{}, 200},
 		{"GET", "/api/v1/admin/audit", adminOnly, s.listAudit, "Audit log, newest first (query: limit, action, target_id)", nil, apiv1.List[apiv1.AuditEntry]{}, 200},
 		{"POST", "/api/v1/admin/tenants", adminOnly, s.createTenant, "Create a tenant", struct {
 			Name string `json:"name"`

@@ -475,6 +475,38 @@ type PlacementExplain struct {
 	Message  string            `json:"message"`
 	Choices  []PlacementChoice `json:"choices,omitempty"`
 	Details  map[string]any    `json:"details,omitempty"`
+	// DemandMix is the mix the ranking's look-ahead protected (admins only).
+	DemandMix *DemandMix `json:"demand_mix,omitempty"`
+}
+
+// DemandMix is the demand mix a slice SKU's placement protects, and where it came from
+// (docs/scheduling.md, "Demand mix").
+type DemandMix struct {
+	// Source is learned (from the requests seen, decayed), pinned (an admin's) or default
+	// (not enough history yet).
+	Source  string           `json:"source"`
+	Entries []DemandMixEntry `json:"entries"`
+	// Requests is the decayed requests a learned mix comes from; for the default, the
+	// history gathered so far.
+	Requests float64 `json:"requests"`
+	// MinRequests is the history a learned mix needs (shown with the default).
+	MinRequests float64    `json:"min_requests,omitempty"`
+	Scope       string     `json:"scope,omitempty"` // learned: region (the region's own) or sku (every region's)
+	PinnedBy    string     `json:"pinned_by,omitempty"`
+	PinnedAt    *time.Time `json:"pinned_at,omitempty"`
+}
+
+// DemandMixEntry is one request size of a demand mix: its weight, relative to the others',
+// and its share.
+type DemandMixEntry struct {
+	GPUs   int     `json:"gpus"`
+	Weight int     `json:"weight"`
+	Share  float64 `json:"share,omitempty"`
+}
+
+// DemandMixPin pins a slice SKU's demand mix (admin); no entries unpins it.
+type DemandMixPin struct {
+	Entries []DemandMixEntry `json:"entries"`
 }
 
 // Capacity distinguishes raw free slots from topology-safe capacity (seed 001
@@ -490,6 +522,8 @@ type Capacity struct {
 	// BlockedByPolicy counts otherwise-free slots excluded by fabric/storage policy.
 	BlockedByPolicy int `json:"blocked_by_policy"`
 	FreeNodes       int `json:"free_nodes"` // baremetal: whole nodes free
+	// DemandMix is the mix placement protects for this SKU and region (admins only).
+	DemandMix *DemandMix `json:"demand_mix,omitempty"`
 }
 
 // Tenant is a customer account.

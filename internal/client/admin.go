@@ -211,3 +211,23 @@ func (c *Client) PromoteRollout(ctx context.Context, sku string) (*apiv1.ImageRo
 func (c *Client) RollBackRollout(ctx context.Context, sku string) (*apiv1.ImageRollout, error) {
 	return send[apiv1.ImageRollout](ctx, c, http.MethodPost, rolloutPath(sku)+"/image-rollout/rollback", nil)
 }
+
+// DemandMix is the demand mix a slice SKU's placement protects in region ("": any) and
+// where it came from.
+func (c *Client) DemandMix(ctx context.Context, sku, region string) (*apiv1.DemandMix, error) {
+	q := url.Values{}
+	if region != "" {
+		q.Set("region", region)
+	}
+	return get[apiv1.DemandMix](ctx, c, rolloutPath(sku)+"/demand-mix", q)
+}
+
+// PinDemandMix pins a slice SKU's demand mix.
+func (c *Client) PinDemandMix(ctx context.Context, sku string, entries []apiv1.DemandMixEntry) (*apiv1.DemandMix, error) {
+	return send[apiv1.DemandMix](ctx, c, http.MethodPut, rolloutPath(sku)+"/demand-mix", apiv1.DemandMixPin{Entries: entries})
+}
+
+// UnpinDemandMix removes a slice SKU's pinned demand mix.
+func (c *Client) UnpinDemandMix(ctx context.Context, sku string) (*apiv1.DemandMix, error) {
+	return send[apiv1.DemandMix](ctx, c, http.MethodDelete, rolloutPath(sku)+"/demand-mix", nil)
+}

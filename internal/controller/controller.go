@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/alloc"
 	"github.com/gpuaas/gpuaas/internal/api"
+	"github.com/gpuaas/gpuaas/internal/demand"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
 	"github.com/gpuaas/gpuaas/internal/gctune"
 	"github.com/gpuaas/gpuaas/internal/imagesig"
@@ -169,6 +170,15 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 		return fmt.Errorf("admin token: %w", err)
 	}
 	svc := alloc.New(st, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts})
+	// The demand mix placement protects, learned from this and every other replica's
+	// requests (internal/demand). It outlives the HTTPS server (deferred before it shuts
+	// down, run after): its last flush counts the last requests served.
+	learner := demand.New(st, demand.Config{Log: log})
+	svc.SetDemand(learner)
+	learnCtx, stopLearning := context.WithCancel(context.Background())
+	learned := make(chan struct{})
+	go func() { learner.Run(learnCtx); close(learned) }()
+	defer func() { stopLearning(); <-learned }()
 	signKey, err := pki.LoadSigningKey(cfg.StateDir)
 	if err != nil {
 		return fmt.Errorf("task signing key: %w", err)
@@ -195,7 +205,9 @@ func Serve(ctx context.Context, cfg Config, version string, log *slog.Logger) er
 	defer hostSt.Close()
 	nodeCA := x509.NewCertPool() // hosts' wipe proofs are checked against the node certificates it issues
 	nodeCA.AddCert(ca.Cert)
-	disp := dispatch.New(hostSt, alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts}), signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
+	hostSvc := alloc.New(hostSt, alloc.Config{HeartbeatMaxAge: cfg.HeartbeatMaxAge, AllowSimulated: cfg.AllowSimulatedHosts})
+	hostSvc.SetDemand(learner) // replacements rank with the same mix; only creates count
+	disp := dispatch.New(hostSt, hostSvc, signKey, log, dispatch.Config{Lease: cfg.TaskLease, ProvisionTTL: cfg.ProvisionTTL,
 		ReconcileEvery: cfg.ReconcileInterval, ReconcileMaxAge: cfg.HeartbeatMaxAge, NoReplicaWakeups: !cfg.ReplicaWakeups, AllowSimulated: cfg.AllowSimulatedHosts, NodeCA: nodeCA,
 		ImageKeys: imageKeys})
 	dctx, stopDispatch := context.WithCancel(ctx)

@@ -164,3 +164,38 @@ func TestLookaheadPlacesByWhoSharesTheNode(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeHostCountsDoubleUpToTheGroupTerms: at the horizon a whole host weighs twice its
+// share, but never more than the mix's NUMA-group (4-GPU) terms: under the default mix
+// (8 GPUs 10, 4 GPUs 20) it doubles; where whole hosts are most of the demand (8 GPUs 40, 4
+// GPUs 35) it stays at its share, and with no group terms at all (1 and 8 GPUs) too.
+func TestWholeHostCountsDoubleUpToTheGroupTerms(t *testing.T) {
+	for _, c := range []struct {
+		mix  []MixEntry
+		want int // the whole-host term's weight at the horizon
+	}{
+		{nil, 20},
+		{[]MixEntry{{GPUs: 1, Weight: 10}, {GPUs: 2, Weight: 15}, {GPUs: 4, Weight: 35}, {GPUs: 8, Weight: 40}}, 40},
+		{[]MixEntry{{GPUs: 4, Weight: 30}, {GPUs: 8, Weight: 20}}, 30},
+		{[]MixEntry{{GPUs: 1, Weight: 80}, {GPUs: 8, Weight: 20}}, 20},
+	} {
+		mix, _, msg := resolveMix(c.mix)
+		if msg != "" {
+			t.Fatal(msg)
+		}
+		// A node with 2 free slots in one group: it fits neither 4 nor 8 GPUs; the
+		// whole-host part of its unusable slots at the horizon is the difference from the
+		// non-horizon count's whole-host part.
+		now := unusableWeighted(mix, 2, 2, 8, 1)
+		horizon := unusableWeighted(mix, 2, 2, 8, horizonWholeHost)
+		w8 := 0
+		for _, m := range mix {
+			if m.policy == PolicyFullHost {
+				w8 = m.weight
+			}
+		}
+		if got := (horizon-now)/2 + w8; got != c.want {
+			t.Errorf("mix %v: whole host weighs %d at the horizon, want %d", c.mix, got, c.want)
+		}
+	}
+}

@@ -473,6 +473,9 @@ type mixTerm struct {
 	gpus   int
 	policy Policy
 	weight int
+	// horizonCap bounds a whole-host term's weight at the look-ahead's horizon
+	// (unusableWeighted): the weight of the mix's NUMA-group terms, or its own if larger.
+	horizonCap int
 }
 
 // resolveMix checks a request's demand mix (nil: DefaultMix) and returns it with its total
@@ -505,6 +508,19 @@ func resolveMix(in []MixEntry) ([]mixTerm, int, string) {
 			return nil, 0, fmt.Sprintf("demand mix weights add up to more than %d", maxMixWeight)
 		}
 	}
+	// A whole host counts horizonWholeHost times at the horizon, but never more than the
+	// NUMA-group (numa_required) requests it competes with for the same free slots: where
+	// whole hosts are already most of the demand, doubling them had the look-ahead give up
+	// 4-GPU requests for 8-GPU ones (docs/performance.md, "Placement under other demand").
+	group := 0
+	for _, m := range out {
+		if m.policy == PolicyNUMARequired {
+			group += m.weight
+		}
+	}
+	for i := range out {
+		out[i].horizonCap = max(out[i].weight, group)
+	}
 	return out, total, ""
 }
 
@@ -515,7 +531,8 @@ func unusable(mix []mixTerm, free, largest, approved int) int {
 	return unusableWeighted(mix, free, largest, approved, 1)
 }
 
-// unusableWeighted is unusable with the whole-host terms of the mix weighed wholeHost times.
+// unusableWeighted is unusable with the whole-host terms of the mix weighed wholeHost times,
+// each at most its horizonCap.
 func unusableWeighted(mix []mixTerm, free, largest, approved, wholeHost int) int {
 	u := 0
 	for _, m := range mix {
@@ -530,8 +547,8 @@ func unusableWeighted(mix []mixTerm, free, largest, approved, wholeHost int) int
 		}
 		if !fits {
 			w := m.weight
-			if m.policy == PolicyFullHost {
-				w *= wholeHost
+			if m.policy == PolicyFullHost && wholeHost > 1 {
+				w = min(w*wholeHost, m.horizonCap)
 			}
 			u += w * free
 		}

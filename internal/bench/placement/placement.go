@@ -25,15 +25,18 @@ import (
 
 const slotsPerNode, groupSize = 8, 4
 
-// Mix is the request-size distribution (by count).
-var Mix = []struct {
+// Share is one request size of a demand mix and its share of requests (by count).
+type Share struct {
 	GPUs int
 	P    float64
-}{{1, 0.4}, {2, 0.3}, {4, 0.2}, {8, 0.1}}
+}
 
-func meanSize() float64 {
+// Mix is the default request-size distribution (by count): sched.DefaultMix's.
+var Mix = []Share{{1, 0.4}, {2, 0.3}, {4, 0.2}, {8, 0.1}}
+
+func meanSize(mix []Share) float64 {
 	m := 0.0
-	for _, x := range Mix {
+	for _, x := range mix {
 		m += float64(x.GPUs) * x.P
 	}
 	return m
@@ -43,11 +46,12 @@ func meanSize() float64 {
 // decision does not format thousands of strings).
 type Cluster struct {
 	used    [][]bool
-	allocs  []int      // live requests on each node (nodes.slice_allocations)
-	jobs    [][][]int  // each node's live requests, by their slots (sched.Node.Occupants)
-	ids     []string   // node id: its index
-	names   []string   // node name: n00000, so name order is index order
-	slotIDs [][]string // "node:slot"
+	allocs  []int            // live requests on each node (nodes.slice_allocations)
+	jobs    [][][]int        // each node's live requests, by their slots (sched.Node.Occupants)
+	ids     []string         // node id: its index
+	names   []string         // node name: n00000, so name order is index order
+	slotIDs [][]string       // "node:slot"
+	mix     []sched.MixEntry // the demand mix the ranking protects (nil: the default)
 }
 
 // NewCluster is n empty nodes.
@@ -183,13 +187,22 @@ type Placer interface {
 // both free slots and live requests, sched.WindowEmptyTies of those holding none), the next window while one's ranking is not settled
 // (nothing, or only spans), and every node after sched.WindowsBeforeFullScan windows. With FullScan it ranks every node at once, the fallback
 // path alone (what DecisionCost times).
-type Ours struct{ FullScan bool }
+//
+// With Learn, its look-ahead protects the demand mix learned from the requests it has seen
+// (demand.go), as the controller's does; without, sched.DefaultMix. Churn gives each run a
+// learner of its own.
+type Ours struct {
+	FullScan bool
+	Learn    bool
+	learner  *learner
+}
 
 // Name is "gpuaas".
 func (Ours) Name() string { return "gpuaas" }
 
 // Place asks internal/sched, window by window.
 func (o Ours) Place(c *Cluster, size int, _ *rand.Rand) (int, []int, bool) {
+	c.mix = o.learner.mix()
 	order := c.bestFitOrder(size)
 	if !o.FullScan {
 		var out sched.Outcome
@@ -284,7 +297,7 @@ func (c *Cluster) rank(size int, nodes []int) sched.Outcome {
 		}
 		in = append(in, sn)
 	}
-	return sched.PlaceSlice(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size)}, in)
+	return sched.PlaceSlice(sched.Request{GPUs: size, Policy: sched.DefaultPolicy(size), Mix: c.mix}, in)
 }
 
 // first is an outcome's best choice as a node index and slots.
@@ -365,8 +378,8 @@ func pick(c *Cluster, n, size int) []int {
 	return f[:size]
 }
 
-// Placers are the compared policies, ours first.
-func Placers() []Placer { return []Placer{Ours{}, firstFit{}, bestFit{}, random{}} }
+// Placers are the compared policies, ours first (learning its demand mix, as in production).
+func Placers() []Placer { return []Placer{Ours{Learn: true}, firstFit{}, bestFit{}, random{}} }
 
 // Result is one policy at one offered load (one seed, or the mean over seeds).
 type Result struct {
@@ -385,6 +398,11 @@ type Result struct {
 	// one NUMA group with room for them (the target: 100% whenever feasible).
 	NUMALocalFeasible float64 `json:"numa_local_when_feasible"`
 	Utilization       float64 `json:"utilization"`
+	// IdleAtRefusal is the share of the fleet's GPUs that were free when a request was
+	// refused, averaged over the refused requests (0 when none was): capacity stranded by
+	// fragmentation while demand went unserved.
+	IdleAtRefusal float64 `json:"idle_at_refusal"`
+	Refused       int     `json:"refused"`
 	// FirstRejection is the share of GPUs in use when the first request of the run (from an
 	// empty fleet) was refused; 0 when none was.
 	FirstRejection float64 `json:"alloc_ratio_at_first_rejection,omitempty"`
@@ -399,16 +417,24 @@ type event struct {
 // workload is a request sequence for an offered load: arrivals with exponential gaps and
 // lifetimes such that demand = load x capacity on average.
 func workload(nodes, events int, load float64, seed int64) []event {
+	return workloadFor(DefaultDemand, nodes, events, load, seed)
+}
+
+// workloadFor is workload under demand d: each request's size is drawn from the mix of its
+// phase, and the arrival rate follows the phase's mean size so that the offered load stays
+// the same when the mix changes.
+func workloadFor(d Demand, nodes, events int, load float64, seed int64) []event {
 	rng := rand.New(rand.NewSource(seed))
 	capacity := float64(nodes * slotsPerNode)
 	meanLife := 100.0
-	rate := load * capacity / (meanSize() * meanLife)
 	ev := make([]event, events)
 	for i := range ev {
+		mix := d.at(i, events)
+		rate := load * capacity / (meanSize(mix) * meanLife)
 		u := rng.Float64()
-		size := Mix[len(Mix)-1].GPUs
+		size := mix[len(mix)-1].GPUs
 		acc := 0.0
-		for _, m := range Mix {
+		for _, m := range mix {
 			acc += m.P
 			if u < acc {
 				size = m.GPUs
@@ -440,11 +466,28 @@ func (d *departures) Pop() any {
 	return r
 }
 
-// Churn runs one policy over a workload; measurements come from the second half (steady state).
+// Churn runs one policy over a workload of the default demand; measurements come from the
+// second half (steady state).
 func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
+	return ChurnDemand(p, DefaultDemand, nodes, events, load, seed)
+}
+
+// ChurnDemand is Churn under demand d. A learning policy sees each request (created or
+// refused) after its placement, as the controller's creates are counted after their
+// transaction; fragmentation is weighed by the generator's mix of the moment, which no
+// policy is told.
+func ChurnDemand(p Placer, d Demand, nodes, events int, load float64, seed int64) Result {
 	c := NewCluster(nodes)
 	rng := rand.New(rand.NewSource(seed + 1))
-	ev := workload(nodes, events, load, seed)
+	ev := workloadFor(d, nodes, events, load, seed)
+	var learn *learner
+	if o, ok := p.(Ours); ok && o.Learn {
+		learn = newLearner()
+		o.learner = learn
+		p = o
+	}
+	var idleSum float64
+	refused := 0
 	live := &departures{}
 	now := 0.0
 	var asked, served [9]int
@@ -464,8 +507,13 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 		}
 		localFeasible := measure && e.size > 1 && e.size < 8 && c.groupFits(e.size)
 		n, slots, ok := p.Place(c, e.size, rng)
+		learn.see(e.size, now)
 		if !ok && firstRejection == 0 {
 			firstRejection = utilization(c)
+		}
+		if !ok && measure {
+			idleSum += 1 - utilization(c)
+			refused++
 		}
 		if ok {
 			c.take(n, slots)
@@ -487,7 +535,7 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 			}
 		}
 		if measure && i%50 == 0 {
-			unusable, free := unusableFree(c)
+			unusable, free := unusableFree(c, d.at(i, events))
 			if free > 0 {
 				fragSum += unusable / float64(free)
 			}
@@ -499,7 +547,10 @@ func Churn(p Placer, nodes, events int, load float64, seed int64) Result {
 	r := Result{Policy: p.Name(), OfferedLoad: load, Seed: seed, Served4: ratio(served[4], asked[4]), Served8: ratio(served[8], asked[8]),
 		ServedAll: ratio(served[1]+served[2]+served[4]+served[8], asked[1]+asked[2]+asked[4]+asked[8]), NUMALocal: ratio(local, multi),
 		NUMALocalFeasible: ratio(feasibleLocal, feasible),
-		FirstRejection:    firstRejection}
+		FirstRejection:    firstRejection, Refused: refused}
+	if refused > 0 {
+		r.IdleAtRefusal = idleSum / float64(refused)
+	}
 	if samples > 0 {
 		r.Fragmentation, r.Unusable, r.Utilization = fragSum/float64(samples), unusableSum/float64(samples), utilSum/float64(samples)
 	}
@@ -534,7 +585,7 @@ func utilization(c *Cluster) float64 {
 // next request, over the request mix (a free GPU is unusable for size s when its node cannot
 // place s).
 func Fragmentation(c *Cluster) float64 {
-	unusable, free := unusableFree(c)
+	unusable, free := unusableFree(c, Mix)
 	if free == 0 {
 		return 0
 	}
@@ -543,14 +594,14 @@ func Fragmentation(c *Cluster) float64 {
 
 // unusableFree is the expected number of free GPUs that cannot serve the next request, over
 // the request mix, and the number of free GPUs.
-func unusableFree(c *Cluster) (unusable float64, free int) {
+func unusableFree(c *Cluster, mix []Share) (unusable float64, free int) {
 	for n := range c.used {
 		f := c.freeCount(n)
 		if f == 0 {
 			continue
 		}
 		free += f
-		for _, m := range Mix {
+		for _, m := range mix {
 			if !c.fits(n, m.GPUs) {
 				unusable += m.P * float64(f)
 			}
@@ -579,6 +630,11 @@ func FillRatio(p Placer, nodes int, seed int64) float64 {
 // are independent and deterministic, so they run on every CPU at once; the results are the
 // same as one by one.
 func Sweep(nodes, events int, loads []float64, seeds []int64) []Result {
+	return SweepDemand(DefaultDemand, Placers(), nodes, events, loads, seeds)
+}
+
+// SweepDemand is Sweep under demand d with the given policies.
+func SweepDemand(d Demand, placers []Placer, nodes, events int, loads []float64, seeds []int64) []Result {
 	type job struct {
 		p    Placer
 		load float64
@@ -587,7 +643,7 @@ func Sweep(nodes, events int, loads []float64, seeds []int64) []Result {
 	var jobs []job
 	for _, l := range loads {
 		for _, seed := range seeds {
-			for _, p := range Placers() {
+			for _, p := range placers {
 				jobs = append(jobs, job{p, l, seed})
 			}
 		}
@@ -600,7 +656,7 @@ func Sweep(nodes, events int, loads []float64, seeds []int64) []Result {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i] = Churn(jobs[i].p, nodes, events, jobs[i].load, jobs[i].seed)
+				out[i] = ChurnDemand(jobs[i].p, d, nodes, events, jobs[i].load, jobs[i].seed)
 			}
 		}()
 	}
@@ -627,7 +683,7 @@ type Spread struct {
 func Means(rs []Result) []Spread {
 	var out []Spread
 	index := map[[2]any]int{}
-	rejected := map[int]int{}
+	rejected, refusing := map[int]int{}, map[int]int{}
 	for _, r := range rs {
 		k := [2]any{r.Policy, r.OfferedLoad}
 		i, ok := index[k]
@@ -648,6 +704,11 @@ func Means(rs []Result) []Spread {
 		m.NUMALocal += r.NUMALocal
 		m.NUMALocalFeasible += r.NUMALocalFeasible
 		m.Utilization += r.Utilization
+		m.Refused += r.Refused
+		if r.Refused > 0 {
+			m.IdleAtRefusal += r.IdleAtRefusal
+			refusing[i]++
+		}
 		if r.FirstRejection > 0 {
 			m.FirstRejection += r.FirstRejection
 			rejected[i]++
@@ -659,6 +720,9 @@ func Means(rs []Result) []Spread {
 		m, n := &out[i].Mean, float64(out[i].Seeds)
 		m.Served4, m.Served8, m.ServedAll, m.Fragmentation = m.Served4/n, m.Served8/n, m.ServedAll/n, m.Fragmentation/n
 		m.Unusable, m.NUMALocal, m.NUMALocalFeasible, m.Utilization = m.Unusable/n, m.NUMALocal/n, m.NUMALocalFeasible/n, m.Utilization/n
+		if k := refusing[i]; k > 0 {
+			m.IdleAtRefusal /= float64(k)
+		}
 		if k := rejected[i]; k > 0 {
 			m.FirstRejection /= float64(k)
 		}

@@ -194,7 +194,7 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Placement quality: churn simulation (items 4, 6)\n\n%d nodes x 8 GPUs (2 NUMA groups of 4), %d requests per offered load, seeds %v (means; fragmentation with the lowest and highest seed); took %s.\n\n",
 		nodes, events, seeds, took.Round(time.Second))
-	b.WriteString("Request mix by count: 1 GPU 40%, 2 GPUs 30%, 4 GPUs 20% (one NUMA group), 8 GPUs 10% (a whole node); exponential arrivals and lifetimes sized so demand = offered load x capacity. Every policy sees the same request sequences; measures come from the second half of each run (steady state). gpuaas is the controller's scheduler as it runs: `sched.PlaceSlice` (with its look-ahead at who shares a node) over best-fit windows of 32 positions, ranking at most 8 nodes alike in each.\n\n")
+	b.WriteString("Request mix by count: 1 GPU 40%, 2 GPUs 30%, 4 GPUs 20% (one NUMA group), 8 GPUs 10% (a whole node); exponential arrivals and lifetimes sized so demand = offered load x capacity. Every policy sees the same request sequences; measures come from the second half of each run (steady state). gpuaas is the controller's scheduler as it runs: `sched.PlaceSlice` (with its look-ahead at who shares a node, protecting the demand mix it learns from the requests it sees) over best-fit windows of 32 positions, ranking at most 8 nodes alike in each.\n\n")
 	b.WriteString("- **served 4/8**: share of 4- and 8-GPU requests placed (the ones fragmentation hurts).\n- **fragmentation**: the FGD measure, the share of free GPUs that cannot host the next request, weighted by the mix (lower is better).\n- **unusable/fleet**: the same unusable free GPUs as a share of all GPUs: leaving more GPUs idle cannot lower it.\n- **1st reject**: share of GPUs in use when the first request of the run (from an empty fleet) was refused; - when none was.\n- **NUMA-local**: share of 2- and 4-GPU placements inside one NUMA group; **when feasible**: the same over the placements made while some node had one group with room.\n- **util**: share of GPUs in use.\n\n")
 	b.WriteString("| load | policy | served 4 | served 8 | served all | fragmentation [min-max] | unusable/fleet | 1st reject | NUMA-local | when feasible | util |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range spreads {
@@ -220,6 +220,11 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 		fmt.Fprintf(&b, "%d nodes %d µs; ", s["nodes"], s["microseconds_per_decision"])
 	}
 	b.WriteString("(it should grow about linearly: nodes are ranked, slot combinations are never enumerated).\n")
+	demands, err := runPlacementDemands(out, nodes, events, seeds)
+	if err != nil {
+		return "", err
+	}
+	b.WriteString("\n" + demands)
 	b.WriteString("\nPlots: ")
 	for _, p := range plots {
 		fmt.Fprintf(&b, "[%s](%s) ", p.file, p.file)

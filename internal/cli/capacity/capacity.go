@@ -4,14 +4,17 @@ package capacity
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/cli/cmdutil"
 	"github.com/gpuaas/gpuaas/internal/cli/output"
+	"github.com/gpuaas/gpuaas/internal/cli/skus"
 	"github.com/gpuaas/gpuaas/internal/client"
 )
 
@@ -48,10 +51,24 @@ at once right now. Raw free slots are not additive with whole free baremetal nod
 			if err != nil {
 				return err
 			}
+			// Admins also see the demand mix placement protects and where it came from.
+			admin := slices.ContainsFunc(caps, func(cp apiv1.Capacity) bool { return cp.DemandMix != nil })
 			return output.Print(opts.IO.Out, opts.Output, output.List(caps), func(t *output.TableWriter) {
-				t.Header("capacity entries", len(caps), "SKU", "REGION", "SHAPE", "RAW FREE SLOTS", "BLOCKED BY POLICY", "FREE NODES", "LAUNCHABLE (GPUS:COUNT)")
+				cols := []any{"SKU", "REGION", "SHAPE", "RAW FREE SLOTS", "BLOCKED BY POLICY", "FREE NODES", "LAUNCHABLE (GPUS:COUNT)"}
+				if admin {
+					cols = append(cols, "DEMAND MIX", "MIX SOURCE")
+				}
+				t.Header("capacity entries", len(caps), cols...)
 				for _, cp := range caps {
-					t.Row(cp.SKU, cp.Region, cp.CapacityShape, cp.RawFreeSlots, cp.BlockedByPolicy, cp.FreeNodes, launchable(cp.Launchable))
+					row := []any{cp.SKU, cp.Region, cp.CapacityShape, cp.RawFreeSlots, cp.BlockedByPolicy, cp.FreeNodes, launchable(cp.Launchable)}
+					if admin {
+						mix, source := "-", "-"
+						if cp.DemandMix != nil {
+							mix, source = skus.MixShares(cp.DemandMix), skus.MixSource(cp.DemandMix)
+						}
+						row = append(row, mix, source)
+					}
+					t.Row(row...)
 				}
 			})
 		},

@@ -1,4 +1,5 @@
-// Package skus is `gpuaasctl skus`: the product catalog (list; create for admins).
+// Package skus is `gpuaasctl skus`: the product catalog (list; create and the demand mix for
+// admins).
 package skus
 
 import (
@@ -15,7 +16,7 @@ import (
 // NewCmdSKUs is the `skus` command group.
 func NewCmdSKUs(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{Use: "skus", Short: "The product catalog", Aliases: []string{"sku"}}
-	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil), NewCmdSet(f), NewCmdValidation(f))
+	return cmdutil.Group(cmd, NewCmdList(f, nil), NewCmdShow(f), NewCmdCreate(f, nil), NewCmdSet(f), NewCmdValidation(f), NewCmdMix(f, nil))
 }
 
 func printSKUs(t *output.TableWriter, skus []apiv1.SKU) {
