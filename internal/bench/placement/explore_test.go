@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// The placement-policy exploration behind docs/performance.md (not part of make test):
+// The placement-policy exploration behind docs/placement-quality.md (not part of make test):
 //
 //	PLACEMENT_EXPLORE=1 go test -run TestExplore -v ./internal/bench/placement/
 //
