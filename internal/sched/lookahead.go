@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// The look-ahead (docs/performance.md, "Expected departures"). Fragmentation at any moment is
+// The look-ahead (docs/placement-quality.md, "Expected departures"). Fragmentation at any moment is
 // mostly holes that departures have just opened in otherwise full nodes; which allocation leaves
 // next is not the scheduler's to choose, but which allocations share a node is. The ranking's
 // fragmentation criterion is therefore not only the FGD change now but how much the pick grows
@@ -20,11 +20,11 @@ const (
 	// departureHorizon is each live allocation's chance of having left by the horizon.
 	departureHorizon = 0.2
 	// lookaheadFGD divides the FGD change now in the score (weight 1/3, chosen over 1/2:
-	// docs/performance.md, "The FGD change at a third").
+	// docs/placement-quality.md, "The FGD change at a third").
 	lookaheadFGD = 3
 	// horizonWholeHost weighs the whole-host terms of the mix (8 GPUs on a GPU server) this
 	// many times in the expectation after the horizon, not in the FGD change now
-	// (docs/performance.md, "A whole host counts double at the horizon"). A node is empty again
+	// (docs/placement-quality.md, "A whole host counts double at the horizon"). A node is empty again
 	// only when every allocation on it has left, and only an empty node serves a whole-host
 	// request; at weight 1 the look-ahead traded empty nodes for free NUMA groups, and the
 	// free GPUs of nodes that were not empty were most of the unusable ones.

@@ -121,7 +121,7 @@ type Node struct {
 	// every criterion but the deterministic tie-breakers, the node with more of them comes
 	// first: small allocations packed together free whole groups when they leave together,
 	// where spread over equal nodes each departure leaves a hole of its own
-	// (docs/performance.md, "Allocations on the node").
+	// (docs/placement-quality.md, "Allocations on the node").
 	Allocations int
 	// Occupants is the live allocations holding slots on the node, for the ranking's
 	// look-ahead (lookahead.go): which allocations share a node decides where the holes they
@@ -511,7 +511,7 @@ func resolveMix(in []MixEntry) ([]mixTerm, int, string) {
 	// A whole host counts horizonWholeHost times at the horizon, but never more than the
 	// NUMA-group (numa_required) requests it competes with for the same free slots: where
 	// whole hosts are already most of the demand, doubling them had the look-ahead give up
-	// 4-GPU requests for 8-GPU ones (docs/performance.md, "Placement under other demand").
+	// 4-GPU requests for 8-GPU ones (docs/placement-quality.md, "Placement under other demand").
 	group := 0
 	for _, m := range out {
 		if m.policy == PolicyNUMARequired {

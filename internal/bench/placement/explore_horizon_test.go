@@ -8,7 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/sched"
 )
 
-// horizon is an exploration candidate (see docs/performance.md, "Expected departures"): it ranks a placement by the node's expected unusable free GPUs (maskUnusable)
+// horizon is an exploration candidate (see docs/placement-quality.md, "Expected departures"): it ranks a placement by the node's expected unusable free GPUs (maskUnusable)
 // after a horizon in which each of the node's live requests, this one included, has left with
 // probability p, minus the same expectation without this request, plus a times the FGD change
 // now. Lifetimes are exponential here, so a request's age says nothing about when it leaves:
