@@ -113,8 +113,12 @@ type EventFilter struct {
 	Limit    int       // 1..1000, default 100
 }
 
-const eventColumns = `xid::text, id, type, coalesce(tenant_id::text, ''), coalesce(allocation_id::text, ''),
-	coalesce(node_id::text, ''), data, created_at`
+// eventColumns reads an event of "events e". The transaction id leaves as text (pgx has no
+// xid8 type) under another name: a bare name in ORDER BY means an output column before a
+// table's, and an output column "xid" holding the text would sort "10" before "9", so a
+// reader whose page ended in 10's events would never see 9's. Queries order by e.xid, e.id.
+const eventColumns = `e.xid::text AS xid_text, e.id, e.type, coalesce(e.tenant_id::text, ''), coalesce(e.allocation_id::text, ''),
+	coalesce(e.node_id::text, ''), e.data, e.created_at`
 
 // ReadEvents returns the readable events after f.After in log order, and the cursor to resume
 // from (f.After when there were none).
@@ -133,14 +137,14 @@ func readEvents(ctx context.Context, q querier, f EventFilter) ([]Event, EventCu
 	if !f.Since.IsZero() {
 		since = f.Since
 	}
-	where := `(xid, id) > ($1::text::xid8, $2::bigint) AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		AND ($3::timestamptz IS NULL OR created_at >= $3::timestamptz)`
+	where := `(e.xid, e.id) > ($1::text::xid8, $2::bigint) AND e.xid < pg_snapshot_xmin(pg_current_snapshot())
+		AND ($3::timestamptz IS NULL OR e.created_at >= $3::timestamptz)`
 	args := []any{strconv.FormatUint(f.After.XID, 10), f.After.ID, since, f.Limit}
 	if f.TenantID != "" {
-		where += ` AND tenant_id = $5::uuid`
+		where += ` AND e.tenant_id = $5::uuid`
 		args = append(args, uuidArg(f.TenantID))
 	}
-	evs, err := queryAll(ctx, q, scanEvent, `SELECT `+eventColumns+` FROM events WHERE `+where+` ORDER BY xid, id LIMIT $4`, args...)
+	evs, err := queryAll(ctx, q, scanEvent, `SELECT `+eventColumns+` FROM events e WHERE `+where+` ORDER BY e.xid, e.id LIMIT $4`, args...)
 	if err != nil {
 		return nil, f.After, err
 	}
@@ -180,8 +184,8 @@ func scanEvent(r pgx.Row, e *Event) error {
 func (s *Store) EventHead(ctx context.Context) (EventCursor, error) {
 	var xid string
 	var c EventCursor
-	err := s.pool.QueryRow(ctx, `SELECT xid::text, id FROM events WHERE xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY xid DESC, id DESC LIMIT 1`).Scan(&xid, &c.ID)
+	err := s.pool.QueryRow(ctx, `SELECT e.xid::text AS xid_text, e.id FROM events e WHERE e.xid < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY e.xid DESC, e.id DESC LIMIT 1`).Scan(&xid, &c.ID)
 	if err == pgx.ErrNoRows {
 		return EventCursor{}, nil
 	}
