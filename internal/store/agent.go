@@ -421,11 +421,11 @@ type LiveSliceAllocation struct {
 func (t *Tx) LiveSliceAllocations(ctx context.Context, nodeID string) ([]LiveSliceAllocation, error) {
 	return queryAll(ctx, t.tx, func(r pgx.Row, a *LiveSliceAllocation) error { return r.Scan(&a.ID, &a.Status) },
 		`SELECT id::text, status FROM allocations WHERE node_id = $1 AND capacity_shape = 'gpu_slice'
-		 AND status IN ('provisioning', 'active', 'releasing') ORDER BY created_at, id`, nodeID)
+		 AND status IN ('provisioning', 'active', 'releasing') ORDER BY created_at, allocations.id`, nodeID)
 }
 
 // ReachableNodes lists active nodes whose last heartbeat is newer than since.
 func (s *Store) ReachableNodes(ctx context.Context, since time.Time) ([]string, error) {
 	return queryAll(ctx, s.pool, func(r pgx.Row, id *string) error { return r.Scan(id) },
-		`SELECT id::text FROM nodes WHERE status = 'active' AND last_heartbeat_at > $1 ORDER BY id`, since)
+		`SELECT id::text FROM nodes WHERE status = 'active' AND last_heartbeat_at > $1 ORDER BY nodes.id`, since)
 }

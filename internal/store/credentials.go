@@ -25,7 +25,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]apiv1.Token, error) {
 		}
 		return nil
 	}, `SELECT id::text, name, role, tenant_id::text, created_at, expires_at, last_used_at, revoked_at
-		FROM api_tokens ORDER BY created_at DESC, id`)
+		FROM api_tokens ORDER BY created_at DESC, api_tokens.id`)
 }
 
 // RevokeToken marks an API token revoked. Unknown ids are ErrNotFound; an already revoked

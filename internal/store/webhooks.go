@@ -136,7 +136,7 @@ func (s *Store) WebhookDeliveries(ctx context.Context, webhookID, status string,
 		}
 		return nil
 	}, `SELECT delivery_id::text, attempt, at, status_code, error, duration_ms FROM webhook_attempts
-		WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt`, uuidsArg(ids))
+		WHERE delivery_id = ANY($1::uuid[]) ORDER BY webhook_attempts.delivery_id, attempt`, uuidsArg(ids))
 	if err != nil {
 		return nil, err
 	}
