@@ -94,17 +94,21 @@ func TestEventCursorSkipsNothingCommittedOutOfOrder(t *testing.T) {
 // beside the package's other tests, whose transactions (in other databases of the cluster)
 // take ids from the same counter and hold the horizon back now and then.
 //
-// The cluster's transaction ids first jump to just below a power of ten, so that the writers'
-// ids gain a digit while the reader reads (where a text order of the ids would part from
-// their order).
+// The cluster's transaction ids first jump to just below a power of ten, and one transaction
+// that took the last id below it stays open until the writers have committed past it: the
+// page the reader reads when it ends holds ids of both digit counts (where a text order of the
+// ids would part from their order).
 func TestEventCursorConcurrentWritersNoGapsNoDuplicates(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
-	nearDigitBoundary(t, url, 50)
-	const writers, perWriter = 8, 25
+	boundary := nearDigitBoundary(t, url, 20)
+	appended := make(chan struct{})
+	release, held := appendHeld(t, st, "test.held", appended)
+	<-appended
+	const writers, perWriter, releaseAfter = 8, 25, 150
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	committed := 0 // events in committed transactions
+	committed := 1 // events in committed transactions, the held one's included
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -157,6 +161,11 @@ func TestEventCursorConcurrentWritersNoGapsNoDuplicates(t *testing.T) {
 			finished = true
 		default:
 		}
+		mu.Lock()
+		if committed > releaseAfter {
+			release()
+		}
+		mu.Unlock()
 		evs, next, err := st.ReadEvents(ctx, store.EventFilter{After: cur, Limit: 7})
 		if err != nil {
 			t.Fatal(err)
@@ -178,6 +187,9 @@ func TestEventCursorConcurrentWritersNoGapsNoDuplicates(t *testing.T) {
 	}
 	if !finished || total != committed {
 		t.Fatalf("writers finished %v; the resuming reader saw %d of %d committed events", finished, total, committed)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
 	}
 	var events int
 	for typ, n := range seen {
@@ -201,15 +213,18 @@ func TestEventCursorConcurrentWritersNoGapsNoDuplicates(t *testing.T) {
 	if committed == 0 {
 		t.Fatal("no transaction committed")
 	}
+	if boundary != 0 && (all[0].Cursor.XID >= boundary || all[len(all)-1].Cursor.XID < boundary) {
+		t.Logf("the transaction ids %d..%d did not cross %d (other tests took the ids in between)", all[0].Cursor.XID, all[len(all)-1].Cursor.XID, boundary)
+	}
 }
 
 var errRollback = errors.New("roll back on purpose")
 
 // nearDigitBoundary spends transaction ids (one committed transaction each, about 150,000 a
 // second) until the cluster's next one is at most margin below the next power of ten. It
-// spends none when that is more than a million away (the test then runs within one digit
+// spends none when that is more than 200,000 away (the test then runs within one digit
 // count, and says so).
-func nearDigitBoundary(t *testing.T, url string, margin uint64) {
+func nearDigitBoundary(t *testing.T, url string, margin uint64) (boundary uint64) {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
@@ -228,11 +243,13 @@ func nearDigitBoundary(t *testing.T, url string, margin uint64) {
 	spend := p - margin - next
 	if spend > 200_000 {
 		t.Logf("next transaction id %d: %d ids below %d, too many to spend; the writers stay within one digit count", next, p-next, p)
-		return
+		return 0
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$`, spend)); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("spent %d transaction ids: the next is about %d, %d below %d", spend, next+spend, margin, p)
+	return p
 }
 
 func TestEventLogIsAppendOnlyAndCursorsAreChecked(t *testing.T) {
