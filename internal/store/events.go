@@ -113,8 +113,8 @@ type EventFilter struct {
 	Limit    int       // 1..1000, default 100
 }
 
-// eventColumns reads an event of "events e". The transaction id leaves as text (pgx has no
-// xid8 type) under another name: a bare name in ORDER BY means an output column before a
+// eventColumns reads an event of "events e". The transaction id leaves as text (scanEvent
+// parses it) under another name: a bare name in ORDER BY means an output column before a
 // table's, and an output column "xid" holding the text would sort "10" before "9", so a
 // reader whose page ended in 10's events would never see 9's. Queries order by e.xid, e.id.
 const eventColumns = `e.xid::text AS xid_text, e.id, e.type, coalesce(e.tenant_id::text, ''), coalesce(e.allocation_id::text, ''),
