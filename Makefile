@@ -118,7 +118,7 @@ lab-libvirtd: deps
 
 # bench measures the performance targets (docs/performance.md) side by side in one run (these
 # machines are noisy: only ratios within a run are stable) and writes bench/report.md + JSON +
-# plots; about 19 minutes on 2 cores (BENCH_ARGS=--seeds=1: fewer placement seeds, shorter).
+# plots; about 31 minutes on 2 cores (BENCH_ARGS=--seeds=1 --demand-seeds=1: fewer placement seeds, shorter).
 # BENCH_ARGS=--profile also saves controller CPU profiles.
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/sched/... ./internal/alloc/... ./internal/dispatch/...

@@ -43,3 +43,29 @@ func TestLearnerFollowsTheGeneratorsMix(t *testing.T) {
 		t.Fatal("a learner with no history has a mix; want the default (nil)")
 	}
 }
+
+// TestChangingDemandIsTheDefaultUntilItChanges: before the change, the changing demand's
+// requests are the default demand's, request for request, so its 4-GPU requests (all of them
+// before the change) are judged on the default demand's own sequence and fleet
+// (docs/placement-quality.md, "The changing mix's 4-GPU result").
+func TestChangingDemandIsTheDefaultUntilItChanges(t *testing.T) {
+	var changing Demand
+	for _, d := range Demands() {
+		if d.Name == "default-then-bimodal" {
+			changing = d
+		}
+	}
+	const events = 2000
+	a, b := workloadFor(DefaultDemand, 100, events, 1.3, 7), workloadFor(changing, 100, events, 1.3, 7)
+	change := int(changing.Phases[1].From * events)
+	for i := range change {
+		if a[i] != b[i] {
+			t.Fatalf("request %d before the change: %+v, the default demand's %+v", i, b[i], a[i])
+		}
+	}
+	for i := change; i < events; i++ {
+		if b[i].size != 1 && b[i].size != 8 {
+			t.Fatalf("request %d after the change asks %d GPUs; the bimodal mix has 1 and 8", i, b[i].size)
+		}
+	}
+}

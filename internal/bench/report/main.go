@@ -35,29 +35,41 @@ func main() {
 	quick := flag.Bool("quick", false, "the day-to-day subset: smaller fleets, shorter runs")
 	seed := flag.Int64("seed", 1, "random seed (the same request sequence for every policy)")
 	seeds := flag.Int("seeds", 8, "placement simulation: request sequences per offered load (seeds seed, seed+1, ...); results are means with the spread (one sequence swings a comparison by +-5 points)")
-	only := flag.String("only", "placement,api,fanout,provision", "suites to run, comma-separated")
+	demandSeeds := flag.Int("demand-seeds", 16, "placement under other demand: request sequences per mix and load (seeds seed, seed+1, ...); a WORSE verdict is checked again on as many further sequences (--quick: --seeds unless given)")
+	only := flag.String("only", "placement,api,fanout,provision", "suites to run, comma-separated (placement-demands: only the placement section's demand mixes)")
 	bin := flag.String("bin", "bin", "directory holding the built gpuaas binaries")
 	profile := flag.Bool("profile", false, "save CPU profiles of the controller under the output directory")
 	keep := flag.Bool("keep", false, "keep the work directory (databases, controller and host logs) and print its path")
 	flag.Parse()
 	if *quick {
 		*nodes, *events = 100, 4000
+		given := false
+		flag.Visit(func(f *flag.Flag) { given = given || f.Name == "demand-seeds" })
+		if !given {
+			*demandSeeds = *seeds
+		}
 	}
-	if *seeds < 1 {
-		fmt.Fprintln(os.Stderr, "bench report: --seeds must be at least 1")
+	if *seeds < 1 || *demandSeeds < 1 {
+		fmt.Fprintln(os.Stderr, "bench report: --seeds and --demand-seeds must be at least 1")
 		os.Exit(2)
 	}
-	var seedList []int64
-	for i := range *seeds {
-		seedList = append(seedList, *seed+int64(i))
-	}
-	if err := run(*out, *bin, *only, *quick, *profile, *keep, *nodes, *events, seedList); err != nil {
+	seedList := seedRange(*seed, *seeds)
+	if err := run(*out, *bin, *only, *quick, *profile, *keep, *nodes, *events, seedList, seedRange(*seed, *demandSeeds)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, bin, only string, quick, profile, keep bool, nodes, events int, seeds []int64) error {
+// seedRange is n seeds from first on.
+func seedRange(first int64, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = first + int64(i)
+	}
+	return out
+}
+
+func run(out, bin, only string, quick, profile, keep bool, nodes, events int, seeds, demandSeeds []int64) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -93,6 +105,17 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 		{"provision", func() (any, string, error) { return section(runProvision(ctx, work, absBin, quick)) }},
 		{"placement", func() (any, string, error) {
 			md, err := runPlacement(out, nodes, events, seeds)
+			if err != nil {
+				return nil, "", err
+			}
+			demands, err := runPlacementDemands(out, nodes, events, demandSeeds)
+			return nil, md + "\n" + demands, err
+		}},
+		{"placement-demands", func() (any, string, error) {
+			if want["placement"] {
+				return nil, "", nil // the placement section has run them
+			}
+			md, err := runPlacementDemands(out, nodes, events, demandSeeds)
 			return nil, md, err
 		}},
 	}
@@ -109,7 +132,9 @@ func run(out, bin, only string, quick, profile, keep bool, nodes, events int, se
 		if res != nil {
 			results[su.name] = res
 		}
-		sections = append(sections, md)
+		if md != "" {
+			sections = append(sections, md)
+		}
 	}
 	var b strings.Builder
 	mode := "full"
@@ -220,11 +245,6 @@ func runPlacement(out string, nodes, events int, seeds []int64) (string, error) 
 		fmt.Fprintf(&b, "%d nodes %d µs; ", s["nodes"], s["microseconds_per_decision"])
 	}
 	b.WriteString("(it should grow about linearly: nodes are ranked, slot combinations are never enumerated).\n")
-	demands, err := runPlacementDemands(out, nodes, events, seeds)
-	if err != nil {
-		return "", err
-	}
-	b.WriteString("\n" + demands)
 	b.WriteString("\nPlots: ")
 	for _, p := range plots {
 		fmt.Fprintf(&b, "[%s](%s) ", p.file, p.file)
