@@ -234,7 +234,12 @@ const windowFrom = `FROM nodes n
 // over the node's slots and live claims already read: as a NOT EXISTS per candidate slot (the
 // fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the statement's
 // buffers. Each slot's live claim is one probe of claims_one_live_per_slot behind a fence
-// (OFFSET 0, so the planner cannot turn it into a scan of every live claim), and the claim
+// (OFFSET 0, so the planner cannot turn it into a scan of every live claim); it names the
+// slot's node too (a slot claim's node is its slot's, checked on insert), so that with
+// statistics taken while no claim was live, when every live-claim index looks empty and
+// claims_live_node as good as the slot's own, the planner's other choice is a probe of the
+// node's live claims, not a scan of the fleet's for every slot
+// (TestWindowCostIgnoresOtherNodesClaimsAfterAnEmptyAnalyze), and the claim
 // counts and VFs in use come from those rows. Slot rows are not joined back to the window's
 // nodes: with the planner's one-row estimates for every CTE that join, and a holder looked up
 // per slot row, were nested loops over the window's rows, most of a busy window's time (22
@@ -254,7 +259,7 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 		         c.allocation_id AS holder, c.fabric_vf_pci_address AS claim_vf
 		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id
 		LEFT JOIN LATERAL (SELECT c.allocation_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_one_live_per_slot
-		                   WHERE c.slot_id = s.id AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+` `+probeFence+`) c ON true),
+		                   WHERE c.slot_id = s.id AND c.node_id = s.node_id AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+` `+probeFence+`) c ON true),
 	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
 		UNION ALL SELECT node_id, claim_vf FROM slots WHERE claim_vf <> ''),
 	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT holder) AS a FROM slots WHERE holder IS NOT NULL GROUP BY node_id)
