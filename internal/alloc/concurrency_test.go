@@ -104,9 +104,9 @@ func TestCreateAvoidsGroupsLockedByConcurrentCreates(t *testing.T) {
 }
 
 // Concurrent creates on an empty fleet each find a node of their own in the windows: a window
-// reads only two of the nodes alike that hold no allocation for a create alone
-// (sched.WindowEmptyTies), one more for each other create under way, so a burst does not lose
-// its races window after window and end in whole-fleet rankings.
+// reads only two of the nodes alike that hold no allocation (sched.WindowEmptyTies), and each
+// create in a transaction reads two of its own (its lane), so a burst does not lose its races
+// window after window and end in whole-fleet rankings.
 func TestConcurrentCreatesOnAnEmptyFleetStayInWindows(t *testing.T) {
 	b := setup(t)
 	for i := range 120 {

@@ -40,8 +40,8 @@ type Service struct {
 	inflight inFlight
 	// windows and fleetScans count how slice reservations read the fleet (placeSlice).
 	windows, fleetScans atomic.Uint64
-	// creating counts this replica's creates under way (windowEmptyTies).
-	creating atomic.Int64
+	// lanes numbers this replica's creates under way (lanes.go).
+	lanes lanes
 	// demand is the learned demand mix (demandmix.go).
 	demand *demand.Learner
 }
@@ -120,23 +120,12 @@ type request struct {
 	region string
 	tenant string
 	policy sched.Policy
-	// emptyTies is store.WindowRequest.EmptyTies for its windows (windowEmptyTies).
-	emptyTies int
+	// emptySkip is store.WindowRequest.EmptySkip for its windows (the create's lane: emptySkip).
+	emptySkip int
 	// reservation is the capacity reservation to place inside ("" = the fleet).
 	reservation string
 	// mix is the demand mix the ranking protects (mixFor; nil: sched.DefaultMix).
 	mix []sched.MixEntry
-}
-
-// windowEmptyTies is how many of the nodes alike that hold no allocation a create's windows
-// read while creating creates of this replica are under way, this one included:
-// sched.WindowEmptyTies for one, one more for each other, at most sched.WindowTies. Those nodes
-// are interchangeable to the ranking, so one create needs few; but concurrent creates rank the
-// same window, and each needs a node of its own to land on. With two per window, 64 clients on
-// an empty 5,000-node fleet lost their races window after window and ended in whole-fleet
-// rankings (one bench round: 9 pairs/s at 213 ms of CPU a pair, against 105-152).
-func windowEmptyTies(creating int64) int {
-	return int(min(int64(sched.WindowTies), int64(sched.WindowEmptyTies)+max(creating-1, 0)))
 }
 
 func (s *Service) query(r request) store.PlacementQuery {
@@ -320,8 +309,14 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 	if req.SKU == "" && req.ReservationID == "" {
 		return out, false, invalid("sku is required")
 	}
-	emptyTies := windowEmptyTies(s.creating.Add(1))
-	defer s.creating.Add(-1)
+	// The create's lane (lanes.go), taken once it holds a connection: creates waiting for
+	// one are not ranking windows, and would only push those that are to higher lanes.
+	lane := -1
+	defer func() {
+		if lane >= 0 {
+			s.lanes.give(lane)
+		}
+	}()
 	hash := requestHash(req)
 	var allocID string
 	var written store.AllocationRecord
@@ -337,6 +332,9 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		}
 	}()
 	err = s.st.InTx(ctx, func(tx *store.Tx) error {
+		if lane < 0 {
+			lane = s.lanes.take()
+		}
 		if idemKey != "" {
 			id, h, err := tx.AllocationByIdempotencyKey(ctx, actor.TenantID, idemKey)
 			switch {
@@ -362,7 +360,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 			}
 		} else if req.GPUs > 0 && req.GPUs <= math.MaxInt32 { // else invalid: an argument PostgreSQL cannot take would abort the batch
 			w := firstWindow(s.query(request{sku: apiv1.SKU{SKU: req.SKU}, region: req.Region, tenant: actor.TenantID}),
-				req.GPUs, sched.WindowGroup(sched.Request{GPUs: req.GPUs}), emptyTies)
+				req.GPUs, sched.WindowGroup(sched.Request{GPUs: req.GPUs}), emptySkip(lane))
 			first = &w
 		}
 		look, err := tx.SKUWithSliceImage(ctx, req.SKU, req.Image, first)
@@ -370,7 +368,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if err != nil {
 			return err
 		}
-		r.emptyTies = emptyTies
+		r.emptySkip = emptySkip(lane)
 		r.reservation = req.ReservationID
 		r.mix = s.mixFor(r)
 		asked = &r
@@ -623,8 +621,9 @@ const (
 
 // firstWindow is a slice request's first best-fit window. Create reads it with the SKU and
 // placeSlice uses that read only if it asked for the same window, so both build it here.
-func firstWindow(q store.PlacementQuery, gpus, group, emptyTies int) store.WindowRequest {
-	return store.WindowRequest{Query: q, GPUs: gpus, Group: group, Limit: windowNodes, Ties: sched.WindowTies, EmptyTies: emptyTies}
+func firstWindow(q store.PlacementQuery, gpus, group, emptySkip int) store.WindowRequest {
+	return store.WindowRequest{Query: q, GPUs: gpus, Group: group, Limit: windowNodes, Ties: sched.WindowTies,
+		EmptyTies: sched.WindowEmptyTies, EmptySkip: emptySkip}
 }
 
 // placeSlice ranks slice placements for r inside tx, window by window, and hands each
@@ -633,7 +632,7 @@ func firstWindow(q store.PlacementQuery, gpus, group, emptyTies int) store.Windo
 func (s *Service) placeSlice(ctx context.Context, tx *store.Tx, r request, look store.CreateLookup, try func(out sched.Outcome, cands []store.CandidateSlot, since time.Time, final bool) (bool, error)) (sched.Outcome, error) {
 	q := s.query(r)
 	req := s.sliceRequest(r)
-	wr := firstWindow(q, r.gpus, sched.WindowGroup(req), r.emptyTies)
+	wr := firstWindow(q, r.gpus, sched.WindowGroup(req), r.emptySkip)
 	for w := 0; w < windowsBeforeFullScan; w++ {
 		var win store.Window
 		var err error

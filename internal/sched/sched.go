@@ -58,7 +58,8 @@ const (
 // names, so a create alone reads only WindowEmptyTies of those: the rest would cost slot rows
 // (a third of an empty fleet's window statement) and could only lose the name tie-break.
 // Concurrent creates rank the same windows and each needs a node of its own, so internal/alloc
-// reads one more for each other create under way in its replica, up to WindowTies. internal/alloc
+// gives each create under way in its replica a lane: WindowEmptyTies empty nodes of the window
+// that the other lanes pass over (store.WindowRequest.EmptySkip). internal/alloc
 // walks the windows; the placement benchmark walks them the same way (one request at a time),
 // so the policy it measures is the one in production.
 const (

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/fixtures"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -313,11 +315,11 @@ func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 		n := addNode(t, st, fmt.Sprintf("tie-%02d", i), 40+i)
 		names, byID[n.ID] = append(names, n.Name), n.Name
 	}
-	read := func(ties, empty int) (spans, reads []string) {
+	read := func(ties, empty int, skip ...int) (spans, reads []string) {
 		t.Helper()
 		err := st.InTx(context.Background(), func(tx *store.Tx) error {
 			w, err := tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"},
-				GPUs: 1, Group: 1, Limit: 32, Ties: ties, EmptyTies: empty})
+				GPUs: 1, Group: 1, Limit: 32, Ties: ties, EmptyTies: empty, EmptySkip: append(skip, 0)[0]})
 			for _, id := range w.NodeIDs {
 				spans = append(spans, byID[id])
 			}
@@ -348,5 +350,51 @@ func TestWindowReadsFewOfTheNodesAlike(t *testing.T) {
 	}
 	if spans, reads = read(0, 3); !slices.Equal(spans, names) || !slices.Equal(reads, names[:3]) {
 		t.Fatalf("Ties 0, EmptyTies 3: the window spans %v and reads %v, want all 12 and the first 3", spans, reads)
+	}
+	// A create's lane (alloc) passes over the empty nodes of the lanes before it, and reads
+	// the last ones when too few follow: never none while the window holds some.
+	if spans, reads = read(8, 2, 4); !slices.Equal(spans, names) || !slices.Equal(reads, names[4:6]) {
+		t.Fatalf("EmptyTies 2, EmptySkip 4: the window spans %v and reads %v, want all 12 and the 5th and 6th", spans, reads)
+	}
+	if spans, reads = read(8, 2, 11); !slices.Equal(spans, names) || !slices.Equal(reads, names[10:]) {
+		t.Fatalf("EmptyTies 2, EmptySkip 11: the window spans %v and reads %v, want all 12 and the last 2", spans, reads)
+	}
+	if spans, reads = read(8, 2, 30); !slices.Equal(spans, names) || !slices.Equal(reads, names[10:]) {
+		t.Fatalf("EmptyTies 2, EmptySkip 30: the window spans %v and reads %v, want all 12 and the last 2", spans, reads)
+	}
+}
+
+// EmptySkip passes over empty nodes only: nodes holding allocations are read by Ties as ever.
+func TestWindowEmptySkipLeavesBusyNodesAlone(t *testing.T) {
+	st, url := open(t)
+	byID := map[string]string{}
+	var names []string
+	for i := range 6 {
+		n := addNode(t, st, fmt.Sprintf("skip-%02d", i), 60+i)
+		names, byID[n.ID] = append(names, n.Name), n.Name
+	}
+	// skip-00 and skip-01 hold an allocation (their hints say so): a key of their own.
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `UPDATE nodes SET slice_allocations = 1 WHERE name = ANY($1)`, names[:2]); err != nil {
+		t.Fatal(err)
+	}
+	var reads []string
+	err = st.InTx(context.Background(), func(tx *store.Tx) error {
+		w, err := tx.SliceWindow(context.Background(), store.WindowRequest{Query: store.PlacementQuery{SKU: "h200-sxm-slice"},
+			GPUs: 1, Group: 1, Limit: 32, Ties: 8, EmptyTies: 2, EmptySkip: 2})
+		for _, id := range w.Read {
+			reads = append(reads, byID[id])
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{names[0], names[1], names[4], names[5]}; !slices.Equal(reads, want) {
+		t.Fatalf("EmptySkip 2 with two busy nodes: read %v, want %v (both busy ones, then empty ones after the first two)", reads, want)
 	}
 }

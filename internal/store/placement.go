@@ -194,8 +194,9 @@ type WindowKey struct {
 // $10, $7) in best-fit order whose largest free NUMA group has $9 available slots (the request's
 // WindowRequest.Group); and win, the $8 nodes of the best-fit order from start on (id,
 // available_slots, neg_allocs, name, and fits: whether its largest group has $9 and it is one of
-// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit, or of the
-// first $12 when the key holds no allocation and $12 > 0: WindowRequest.EmptyTies). Best-fit
+// the first $11 of the window's nodes with its best-fit key, $11 = 0 for no such limit, or,
+// when the key holds no allocation and $12 > 0, one of $12 of them after the first $13, or the
+// last $12 when fewer follow: WindowRequest.EmptyTies and EmptySkip). Best-fit
 // order is fewest available slots, then most live slice allocations (neg_allocs, their count
 // negated: the nodes_best_fit index's key), then name. $1-$4 are PlacementQuery.args(), $5
 // the GPUs. Only the nodes that fit are read further, so a window spans the same best-fit
@@ -207,11 +208,14 @@ const windowNodes = `start AS MATERIALIZED (SELECT n.available_slots, -n.slice_a
 		  AND n.group_available >= $9 AND (n.available_slots, -n.slice_allocations, n.name) > ($6, $10, $7)
 		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT 1),
 	win AS MATERIALIZED (SELECT w.id, w.available_slots, w.neg_allocs, w.name,
-		         w.group_available >= $9 AND row_number() OVER (PARTITION BY w.available_slots, w.neg_allocs ORDER BY w.name)
-		           <= CASE WHEN w.neg_allocs = 0 AND $12 > 0 THEN $12 WHEN $11 > 0 THEN $11 ELSE $8 END AS fits
+		         w.group_available >= $9 AND CASE
+		           WHEN w.neg_allocs = 0 AND $12 > 0 THEN row_number() OVER tie - least($13, greatest(count(*) OVER key - $12, 0)) BETWEEN 1 AND $12
+		           WHEN $11 > 0 THEN row_number() OVER tie <= $11
+		           ELSE true END AS fits
 		FROM start f, LATERAL (SELECT n.id, n.available_slots, -n.slice_allocations AS neg_allocs, n.name, n.group_available ` + windowFrom + `
 		  AND (n.available_slots, -n.slice_allocations, n.name) >= (f.available_slots, f.neg_allocs, f.name)
-		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w)`
+		ORDER BY n.available_slots, -n.slice_allocations, n.name LIMIT $8) w
+		WINDOW key AS (PARTITION BY w.available_slots, w.neg_allocs), tie AS (key ORDER BY w.name))`
 
 const windowFrom = `FROM nodes n
 		WHERE n.slice_sku = $1 AND n.status = 'active' AND NOT n.draining AND n.available_slots >= $5
@@ -230,7 +234,12 @@ const windowFrom = `FROM nodes n
 // over the node's slots and live claims already read: as a NOT EXISTS per candidate slot (the
 // fleet-wide form, fabricOK) they were 3-4 index probes per slot and most of the statement's
 // buffers. Each slot's live claim is one probe of claims_one_live_per_slot behind a fence
-// (OFFSET 0, so the planner cannot turn it into a scan of every live claim), and the claim
+// (OFFSET 0, so the planner cannot turn it into a scan of every live claim); it names the
+// slot's node too (a slot claim's node is its slot's, checked on insert), so that with
+// statistics taken while no claim was live, when every live-claim index looks empty and
+// claims_live_node as good as the slot's own, the planner's other choice is a probe of the
+// node's live claims, not a scan of the fleet's for every slot
+// (TestWindowCostIgnoresOtherNodesClaimsAfterAnEmptyAnalyze), and the claim
 // counts and VFs in use come from those rows. Slot rows are not joined back to the window's
 // nodes: with the planner's one-row estimates for every CTE that join, and a holder looked up
 // per slot row, were nested loops over the window's rows, most of a busy window's time (22
@@ -250,7 +259,7 @@ var windowSQL = strings.ReplaceAll(`WITH `+windowNodes+`,
 		         c.allocation_id AS holder, c.fabric_vf_pci_address AS claim_vf
 		FROM placeable n JOIN node_resource_slots s ON s.node_id = n.id
 		LEFT JOIN LATERAL (SELECT c.allocation_id, c.fabric_vf_pci_address FROM allocation_resource_claims c -- index claims_one_live_per_slot
-		                   WHERE c.slot_id = s.id AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+` `+probeFence+`) c ON true),
+		                   WHERE c.slot_id = s.id AND c.node_id = s.node_id AND c.claim_kind = 'slot' AND c.status IN `+liveClaim+` `+probeFence+`) c ON true),
 	taken_vf AS MATERIALIZED (SELECT node_id, vf FROM slots WHERE status <> 'disabled' GROUP BY 1, 2 HAVING count(*) > 1
 		UNION ALL SELECT node_id, claim_vf FROM slots WHERE claim_vf <> ''),
 	claimed AS MATERIALIZED (SELECT node_id, count(*) AS n, count(DISTINCT holder) AS a FROM slots WHERE holder IS NOT NULL GROUP BY node_id)
@@ -316,6 +325,12 @@ type WindowRequest struct {
 	// (sched.WindowEmptyTies): those alike in available slots differ in nothing the ranking
 	// sees but their names, so reading more of them only costs slot rows.
 	EmptyTies int
+	// EmptySkip passes over that many of the window's nodes alike that hold no allocation
+	// before the EmptyTies it reads (when fewer than EmptySkip + EmptyTies are in the window,
+	// it reads the last EmptyTies of them): concurrent creates of one replica each read empty
+	// nodes of their own (internal/alloc's lanes) instead of all reading, and racing for, the
+	// same first ones.
+	EmptySkip int
 }
 
 // queue appends the window's statements to b.
@@ -326,10 +341,10 @@ func (w WindowRequest) queue(b *pgx.Batch) {
 	b.Queue(windowSQL, w.sqlArgs()...)
 }
 
-// sqlArgs is windowSQL's arguments ($1-$12).
+// sqlArgs is windowSQL's arguments ($1-$13).
 func (w WindowRequest) sqlArgs() []any {
 	k := w.key()
-	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations, w.Ties, w.EmptyTies)
+	return append(w.Query.args(), w.GPUs, k.Available, k.Name, w.Limit, w.Group, -k.Allocations, w.Ties, w.EmptyTies, w.EmptySkip)
 }
 
 func (w WindowRequest) key() WindowKey {

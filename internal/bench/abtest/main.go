@@ -7,7 +7,15 @@
 // backends serving its connections, told apart by application_name). Run it with -b the same
 // directory as -a first: that A/A control is the measure's own noise.
 //
+// A change to placement cannot be compared that way: the two replicas' creates race each
+// other's on the one fleet, and the change alters the race. With -apart each build has its own
+// database and fleet, and the two take turns inside every round (the order reversed every
+// other round); it reports each build's rate and its whole CPU per pair (controller,
+// PostgreSQL and load generator, from /proc), and with -busy runs on fleets first filled to 80%
+// of their GPUs through the API (apibench.Fill).
+//
 //	go run ./internal/bench/abtest -a /tmp/old -b bin
+//	go run ./internal/bench/abtest -a /tmp/old -b bin -apart -seconds 6 -rounds 6
 package main
 
 import (
@@ -30,12 +38,21 @@ func main() {
 	clients := flag.Int("clients", 16, "clients in all, half through each build")
 	seconds := flag.Int("seconds", 8, "length of a round")
 	rounds := flag.Int("rounds", 8, "rounds")
+	apart := flag.Bool("apart", false, "each build its own database and fleet, taking turns (for placement changes); -clients all through each")
+	busy := flag.Bool("busy", false, "with -apart: fill each fleet to 80% of its GPUs first")
 	flag.Parse()
-	if *a == "" || *clients < 2 || *seconds < 1 || *rounds < 1 || *nodes < 1 {
-		fmt.Fprintln(os.Stderr, "abtest: -a is required; -clients >= 2, -seconds, -rounds and -nodes >= 1")
+	if *a == "" || *clients < 2 || *seconds < 1 || *rounds < 1 || *nodes < 1 || *busy && !*apart {
+		fmt.Fprintln(os.Stderr, "abtest: -a is required; -clients >= 2, -seconds, -rounds and -nodes >= 1; -busy only with -apart")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), *a, *b, *nodes, *clients, time.Duration(*seconds)*time.Second, *rounds); err != nil {
+	each := time.Duration(*seconds) * time.Second
+	var err error
+	if *apart {
+		err = runApart(context.Background(), *a, *b, *nodes, *clients, each, *rounds, *busy)
+	} else {
+		err = run(context.Background(), *a, *b, *nodes, *clients, each, *rounds)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "abtest:", err)
 		os.Exit(1)
 	}
