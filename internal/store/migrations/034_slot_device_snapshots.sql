@@ -21,7 +21,7 @@
 --   sets it on insert and on any update that names a device column or the pointer itself (an
 --   update setting it to anything else is answered with the right one), and the node's
 --   housekeeping CPUs, which the snapshot includes, re-point the node's slots when they change.
--- - Snapshots are append-only: no update, delete or truncate.
+-- - Snapshots are append-only: no update or delete.
 -- - A slot claim records its slot's current snapshot: the claims' statement check refuses any
 --   other (a claim inserted without one gets its slot's, by a row trigger that the
 --   controller's insert, which names it, never fires), and a claim's record cannot be changed
@@ -93,12 +93,10 @@ BEGIN
 END $$;
 CREATE TRIGGER slot_device_snapshots_append_only BEFORE UPDATE OR DELETE ON slot_device_snapshots
     FOR EACH ROW EXECUTE FUNCTION slot_device_snapshots_append_only();
-CREATE TRIGGER slot_device_snapshots_no_truncate BEFORE TRUNCATE ON slot_device_snapshots
-    FOR EACH STATEMENT EXECUTE FUNCTION slot_device_snapshots_append_only();
 
--- Every slot gets its snapshot (the update trigger writes it).
+-- Every slot gets its snapshot (the update trigger writes it; from here on no slot is without
+-- one: the insert trigger sets it, and an update naming it is answered with the slot's own).
 UPDATE node_resource_slots SET device_snapshot_id = NULL;
-ALTER TABLE node_resource_slots ALTER COLUMN device_snapshot_id SET NOT NULL;
 
 -- A claim inserted without a snapshot gets its slot's (the controller's insert names it).
 CREATE FUNCTION claims_device_snapshot() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -112,7 +110,9 @@ CREATE TRIGGER claims_device_snapshot BEFORE INSERT ON allocation_resource_claim
     EXECUTE FUNCTION claims_device_snapshot();
 
 -- A claim's record of its devices is written once. A status change names neither column and
--- does not fire it.
+-- does not fire it. An AFTER trigger: any BEFORE UPDATE row trigger on a table makes every
+-- update lock the old row first (a WAL record per claim status change), whatever its column
+-- list says.
 CREATE FUNCTION claims_record_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.device_snapshot_id IS DISTINCT FROM OLD.device_snapshot_id
@@ -120,9 +120,9 @@ BEGIN
         RAISE EXCEPTION 'claim % records the devices it was given; that record is never changed', OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'claims_record_fixed';
     END IF;
-    RETURN NEW;
+    RETURN NULL;
 END $$;
-CREATE TRIGGER claims_record_fixed BEFORE UPDATE OF device_snapshot_id, resource_snapshot ON allocation_resource_claims
+CREATE TRIGGER claims_record_fixed AFTER UPDATE OF device_snapshot_id, resource_snapshot ON allocation_resource_claims
     FOR EACH ROW EXECUTE FUNCTION claims_record_fixed();
 
 -- The slot claims' statement check (migration 032), now also refusing a slot claim whose
