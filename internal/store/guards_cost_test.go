@@ -106,3 +106,49 @@ func TestTransitionChecksFollowTheirTables(t *testing.T) {
 		t.Fatalf("disabled -> cleanup allowed %v before it was added to slot_transitions, %v after; want false, true", before, after)
 	}
 }
+
+// Putting slots back on sale costs one function call per statement, not one per slot: a
+// release of four reserved slots calls the failed-claims release once (a statement trigger)
+// and the simulated-wipe refusal not at all (its WHEN clause asks for a simulated last wipe).
+// The rules themselves are the lifecycle's failed-claim and the dispatcher's simulated-wipe
+// tests'.
+func TestReleaseGuardsRunOncePerStatement(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	n := addNode(t, st, "guards-r", 71)
+	conn := connect(t, url)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's writes are thrown away
+	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'reserved' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() map[string]int {
+		t.Helper()
+		out := map[string]int{}
+		for _, f := range []string{"slot_back_on_sale_releases_failed_claims", "slots_back_on_sale_release_failed_claims", "slots_refuse_simulated_wipe"} {
+			var c int
+			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			out[f] = c
+		}
+		return out
+	}
+	before := calls()
+	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'available' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := calls()
+	want := map[string]int{"slot_back_on_sale_releases_failed_claims": 0, "slots_back_on_sale_release_failed_claims": 1, "slots_refuse_simulated_wipe": 0}
+	for f, w := range want {
+		if got := after[f] - before[f]; got != w {
+			t.Errorf("releasing 4 slots called %s %d times, want %d", f, got, w)
+		}
+	}
+}

@@ -726,7 +726,7 @@ type NewClaim struct {
 	NodeID   string
 	SlotID   string
 	FabricVF string
-	Snapshot json.RawMessage // the claim's resource snapshot ("{}" when empty)
+	Snapshot json.RawMessage // a claim without a slot: its resource snapshot ("{}" when empty); a slot claim records its slot's stored one
 }
 
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
