@@ -296,3 +296,89 @@ func TestClaimsWithTheirOwnSnapshotReadAsBefore(t *testing.T) {
 		t.Errorf("an old claim's plan snapshot is %s, want %s", plan, old)
 	}
 }
+
+// The invariants report a slot whose pointer is not a snapshot of its devices and a claim that
+// records another slot's, written past the triggers (as rows restored without them could be).
+func TestInvariantsReportDeviceRecordsOffTheirSlots(t *testing.T) {
+	b := snapshotsSetup(t, "snap-inv", 63)
+	ctx := context.Background()
+	rec, _ := b.reserve(t, b.slotIDs[:1])
+	if bad, err := b.st.Invariants(ctx); err != nil || len(bad) != 0 {
+		t.Fatalf("invariants after a reservation: %v %v", bad, err)
+	}
+	tx, err := b.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET memory_mib = memory_mib - 1 WHERE id = $1`, b.slotIDs[7]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE allocation_resource_claims SET device_snapshot_id = (SELECT device_snapshot_id FROM node_resource_slots WHERE id = $2)
+		WHERE allocation_id = $1`, rec.ID, b.slotIDs[6]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := b.st.Invariants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"slot whose current device snapshot is not of its devices: " + b.slotIDs[7]: false,
+		"slot claim recording another slot's devices: " + rec.Claims[0].ID: false}
+	for _, v := range bad {
+		if _, ok := want[v]; ok {
+			want[v] = true
+		}
+	}
+	for v, seen := range want {
+		if !seen {
+			t.Errorf("invariants %v miss %q", bad, v)
+		}
+	}
+}
+
+// A controller of the previous release reads a claim's own resource_snapshot: while one may
+// run (claims_snapshot_by_reference off, as on a database upgraded in service) every new slot
+// claim keeps its copy beside the reference, whichever release wrote it; once it is on, the
+// controller's claims carry none.
+func TestClaimsKeepACopyWhileThePreviousReleaseMayRun(t *testing.T) {
+	b := snapshotsSetup(t, "snap-skew", 64)
+	ctx := context.Background()
+	if _, err := b.conn.Exec(ctx, `UPDATE schema_switches SET enabled = false WHERE name = 'claims_snapshot_by_reference'`); err != nil {
+		t.Fatal(err)
+	}
+	copies := func(allocID string) int {
+		return b.count(t, `SELECT count(*) FROM allocation_resource_claims c JOIN slot_device_snapshots d ON d.id = c.device_snapshot_id
+			WHERE c.allocation_id = $1 AND c.resource_snapshot = d.snapshot`, allocID)
+	}
+	rec, _ := b.reserve(t, b.slotIDs[:2])
+	if n := copies(rec.ID); n != 2 {
+		t.Fatalf("%d of 2 claims carry a copy the previous release can read", n)
+	}
+	// The previous release's own claims insert, verbatim: its copy stays, the reference is added.
+	if _, err := b.conn.Exec(ctx, `WITH c AS (
+		INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
+		SELECT $1, u.node_id::uuid, nullif(u.slot_id, '')::uuid, u.kind, u.vf, u.snapshot
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[]) AS u(node_id, slot_id, kind, vf, snapshot)
+		RETURNING slot_id)
+		UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id IN (SELECT slot_id FROM c WHERE slot_id IS NOT NULL)`,
+		rec.ID, []string{b.nodeID}, []string{b.slotIDs[2]}, []string{"slot"}, []string{""},
+		[]string{`{"slot_id": "` + b.slotIDs[2] + `", "slot_index": 2}`}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM allocation_resource_claims c JOIN node_resource_slots s ON s.id = c.slot_id
+		WHERE c.slot_id = $1 AND c.device_snapshot_id = s.device_snapshot_id AND c.resource_snapshot->>'slot_index' = '2'`, b.slotIDs[2]); n != 1 {
+		t.Fatal("the previous release's claim lost its copy or got no reference")
+	}
+	if _, err := b.conn.Exec(ctx, `UPDATE schema_switches SET enabled = true, changed_at = now() WHERE name = 'claims_snapshot_by_reference'`); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = b.reserve(t, b.slotIDs[4:6])
+	if n := copies(rec.ID); n != 0 {
+		t.Fatalf("%d claims still carry a copy once the previous release is gone", n)
+	}
+}

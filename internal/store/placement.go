@@ -816,12 +816,15 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 // checks each row (node exclusion, slot on node) and the slots trigger each transition; a
 // slot that is not available fails the whole statement. A slot claim records its devices as
 // its slot's current snapshot (the slot is locked, so it is the one LockAvailableSlots read),
-// not a copy: the claim's row stays small for its insert and its status changes.
+// and no copy once no controller of the previous release reads claims
+// (claims_snapshot_by_reference, migration 034): the claim's row stays small for its insert
+// and its status changes.
 const claimsInsertSQL = `WITH c AS (
 	INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address,
 		resource_snapshot, device_snapshot_id)
 	SELECT $1, u.node_id::uuid, nullif(u.slot_id, '')::uuid, u.kind, u.vf,
-		CASE WHEN s.device_snapshot_id IS NULL THEN u.snapshot ELSE '{}' END, s.device_snapshot_id
+		CASE WHEN s.device_snapshot_id IS NOT NULL AND claims_snapshot_by_reference() THEN '{}' ELSE u.snapshot END,
+		s.device_snapshot_id
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[]) AS u(node_id, slot_id, kind, vf, snapshot)
 	LEFT JOIN node_resource_slots s ON s.id = nullif(u.slot_id, '')::uuid
 	RETURNING slot_id)

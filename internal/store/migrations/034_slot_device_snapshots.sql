@@ -14,6 +14,13 @@
 -- migration keep their own resource_snapshot (device_snapshot_id NULL); readers take
 -- coalesce(snapshot.snapshot, claim.resource_snapshot).
 --
+-- A controller of the previous release reads a claim's resource_snapshot and nothing else, so
+-- while one may run (a rolling upgrade) new claims keep their copy as well as the reference:
+-- schema_switches.claims_snapshot_by_reference says when the copy stops. It starts on for a
+-- database that has no node yet (nothing any controller could have served) and off for one
+-- upgraded in service; an operator turns it on once every controller runs this release
+-- (docs/upgrades.md), and the next release's migration will.
+--
 -- Held in the database:
 -- - slot_device_snapshot(slot) is the one definition of a snapshot's content (what placement
 --   built per claim before).
@@ -26,6 +33,20 @@
 --   other (a claim inserted without one gets its slot's, by a row trigger that the
 --   controller's insert, which names it, never fires), and a claim's record cannot be changed
 --   afterwards.
+
+CREATE TABLE schema_switches (
+    name       text PRIMARY KEY,
+    enabled    boolean NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO schema_switches (name, enabled)
+    SELECT 'claims_snapshot_by_reference', NOT EXISTS (SELECT 1 FROM nodes);
+
+-- Whether new slot claims leave resource_snapshot '{}' (no controller of the previous release
+-- reads them).
+CREATE FUNCTION claims_snapshot_by_reference() RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT enabled FROM schema_switches WHERE name = 'claims_snapshot_by_reference'), false)
+$$;
 
 CREATE TABLE slot_device_snapshots (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -98,11 +119,14 @@ CREATE TRIGGER slot_device_snapshots_append_only BEFORE UPDATE OR DELETE ON slot
 -- one: the insert trigger sets it, and an update naming it is answered with the slot's own).
 UPDATE node_resource_slots SET device_snapshot_id = NULL;
 
--- A claim inserted without a snapshot gets its slot's (the controller's insert names it).
+-- A claim inserted without a snapshot gets its slot's (the controller's insert names it); the
+-- copy it was given stays while the previous release may read it.
 CREATE FUNCTION claims_device_snapshot() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     SELECT s.device_snapshot_id INTO NEW.device_snapshot_id FROM node_resource_slots s WHERE s.id = NEW.slot_id;
-    NEW.resource_snapshot := '{}';
+    IF claims_snapshot_by_reference() THEN
+        NEW.resource_snapshot := '{}';
+    END IF;
     RETURN NEW;
 END $$;
 CREATE TRIGGER claims_device_snapshot BEFORE INSERT ON allocation_resource_claims
@@ -246,4 +270,6 @@ DROP FUNCTION IF EXISTS nodes_snapshot_slot_devices(), slots_snapshot_devices();
 ALTER TABLE node_resource_slots DROP COLUMN IF EXISTS device_snapshot_id;
 DROP FUNCTION IF EXISTS slot_device_snapshot(node_resource_slots);
 DROP TABLE IF EXISTS slot_device_snapshots;
+DROP FUNCTION IF EXISTS claims_snapshot_by_reference();
+DROP TABLE IF EXISTS schema_switches;
 DROP FUNCTION IF EXISTS slot_device_snapshots_append_only();
