@@ -216,6 +216,13 @@ func TestDeviceRecordsCannotBeRewritten(t *testing.T) {
 	wantConstraint(t, "pointing a claim at another snapshot", err, "claims_record_fixed")
 	_, err = b.conn.Exec(ctx, `UPDATE allocation_resource_claims SET resource_snapshot = '{"pci_address": "elsewhere"}' WHERE allocation_id = $1`, rec.ID)
 	wantConstraint(t, "rewriting a claim's snapshot", err, "claims_record_fixed")
+	// A rollback's write-back of the copy it refers to (docs/upgrades.md) is the one change allowed.
+	if _, err := b.conn.Exec(ctx, `UPDATE allocation_resource_claims c SET resource_snapshot = d.snapshot
+		FROM slot_device_snapshots d WHERE d.id = c.device_snapshot_id AND c.resource_snapshot = '{}' AND c.allocation_id = $1`, rec.ID); err != nil {
+		t.Fatalf("writing back a claim's copy of its snapshot: %v", err)
+	}
+	_, err = b.conn.Exec(ctx, `UPDATE allocation_resource_claims SET resource_snapshot = '{}' WHERE allocation_id = $1`, rec.ID)
+	wantConstraint(t, "taking a claim's copy away again", err, "claims_record_fixed")
 
 	// A claim on slot 1 naming slot 2's snapshot.
 	_, err = b.conn.Exec(ctx, `INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, resource_snapshot, device_snapshot_id)

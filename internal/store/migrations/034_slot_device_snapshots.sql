@@ -133,14 +133,17 @@ CREATE TRIGGER claims_device_snapshot BEFORE INSERT ON allocation_resource_claim
     FOR EACH ROW WHEN (NEW.slot_id IS NOT NULL AND NEW.device_snapshot_id IS NULL)
     EXECUTE FUNCTION claims_device_snapshot();
 
--- A claim's record of its devices is written once. A status change names neither column and
--- does not fire it. An AFTER trigger: any BEFORE UPDATE row trigger on a table makes every
+-- A claim's record of its devices is written once; the one change allowed writes back the copy
+-- of the snapshot it refers to (a rollback to the previous release, docs/upgrades.md). A
+-- status change names neither column and does not fire it. An AFTER trigger: any BEFORE UPDATE row trigger on a table makes every
 -- update lock the old row first (a WAL record per claim status change), whatever its column
 -- list says.
 CREATE FUNCTION claims_record_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.device_snapshot_id IS DISTINCT FROM OLD.device_snapshot_id
-       OR NEW.resource_snapshot IS DISTINCT FROM OLD.resource_snapshot THEN
+       OR (NEW.resource_snapshot IS DISTINCT FROM OLD.resource_snapshot
+           AND NOT (OLD.resource_snapshot = '{}' AND NEW.resource_snapshot =
+                    (SELECT d.snapshot FROM slot_device_snapshots d WHERE d.id = NEW.device_snapshot_id))) THEN
         RAISE EXCEPTION 'claim % records the devices it was given; that record is never changed', OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'claims_record_fixed';
     END IF;
