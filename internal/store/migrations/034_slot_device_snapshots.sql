@@ -9,7 +9,7 @@
 -- map applied with new values, the node's housekeeping CPUs changed), never by a reservation.
 -- A slot points at its current snapshot (device_snapshot_id); a slot claim points at the one
 -- its slot had when the claim was made (allocation_resource_claims.device_snapshot_id), and
--- keeps '{}' in resource_snapshot. A later change of the slot's devices writes a new snapshot
+-- (below) keeps '{}' in resource_snapshot. A later change of the slot's devices writes a new snapshot
 -- and moves only the slot's pointer: a claim's record never changes. Claims made before this
 -- migration keep their own resource_snapshot (device_snapshot_id NULL); readers take
 -- coalesce(snapshot.snapshot, claim.resource_snapshot).
@@ -50,7 +50,7 @@ $$;
 
 CREATE TABLE slot_device_snapshots (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    slot_id    uuid NOT NULL, -- no key: the record outlives nothing it describes, and is never rewritten
+    slot_id    uuid NOT NULL, -- no foreign key: a slot's insert trigger writes its first snapshot before the slot row exists
     snapshot   jsonb NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
@@ -135,9 +135,9 @@ CREATE TRIGGER claims_device_snapshot BEFORE INSERT ON allocation_resource_claim
 
 -- A claim's record of its devices is written once; the one change allowed writes back the copy
 -- of the snapshot it refers to (a rollback to the previous release, docs/upgrades.md). A
--- status change names neither column and does not fire it. An AFTER trigger: any BEFORE UPDATE row trigger on a table makes every
--- update lock the old row first (a WAL record per claim status change), whatever its column
--- list says.
+-- status change names neither column and does not fire it. An AFTER trigger: any BEFORE
+-- UPDATE row trigger on a table makes every update lock the old row first (a WAL record per
+-- claim status change), whatever its column list says.
 CREATE FUNCTION claims_record_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.device_snapshot_id IS DISTINCT FROM OLD.device_snapshot_id
