@@ -107,12 +107,11 @@ func TestTransitionChecksFollowTheirTables(t *testing.T) {
 	}
 }
 
-// Putting slots back on sale costs one function call per statement, not one per slot: a
-// release of four reserved slots calls the failed-claims release once (a statement trigger)
-// and the simulated-wipe refusal not at all (its WHEN clause asks for a simulated last wipe).
-// The rules themselves are the lifecycle's failed-claim and the dispatcher's simulated-wipe
-// tests'.
-func TestReleaseGuardsRunOncePerStatement(t *testing.T) {
+// Putting reserved slots back on sale does not call the simulated-wipe refusal (its WHEN
+// clause asks for a simulated last wipe); the failed-claims release (migration 029) is still
+// called once per slot. The rules themselves are the dispatcher's simulated-wipe and the
+// lifecycle's failed-claim tests'.
+func TestReleaseCallsNoWipeCheckForARealWipe(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
 	n := addNode(t, st, "guards-r", 71)
@@ -131,7 +130,7 @@ func TestReleaseGuardsRunOncePerStatement(t *testing.T) {
 	calls := func() map[string]int {
 		t.Helper()
 		out := map[string]int{}
-		for _, f := range []string{"slot_back_on_sale_releases_failed_claims", "slots_back_on_sale_release_failed_claims", "slots_refuse_simulated_wipe"} {
+		for _, f := range []string{"slot_back_on_sale_releases_failed_claims", "slots_refuse_simulated_wipe"} {
 			var c int
 			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
 				t.Fatal(err)
@@ -145,7 +144,7 @@ func TestReleaseGuardsRunOncePerStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := calls()
-	want := map[string]int{"slot_back_on_sale_releases_failed_claims": 0, "slots_back_on_sale_release_failed_claims": 1, "slots_refuse_simulated_wipe": 0}
+	want := map[string]int{"slot_back_on_sale_releases_failed_claims": 4, "slots_refuse_simulated_wipe": 0}
 	for f, w := range want {
 		if got := after[f] - before[f]; got != w {
 			t.Errorf("releasing 4 slots called %s %d times, want %d", f, got, w)
