@@ -60,8 +60,14 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	if _, err := lifecycle(p.ctx, only(p.B.Server), "through-old-B"); err != nil {
 		t.Fatalf("the previous release's replica on the migrated schema: %v", err)
 	}
-	if _, err := lifecycle(p.ctx, only(p.A.Server), "through-new-A"); err != nil {
+	newA, err := lifecycle(p.ctx, only(p.A.Server), "through-new-A")
+	if err != nil {
 		t.Fatalf("this release's controller with the previous release's hosts: %v", err)
+	}
+	// The previous release reads a claim's devices from the claim's own snapshot: one written
+	// by this release carries it while the previous release may run.
+	if a, err := only(p.B.Server).GetAllocation(p.ctx, newA); err != nil || len(a.Claims) == 0 || a.Claims[0].PrivateIP == "" || a.Claims[0].SlotIndex == nil {
+		t.Fatalf("the previous release reads allocation %s made by this release with claims %+v (%v): want their devices (a tenant sees the private IP)", newA, a.Claims, err)
 	}
 	l.progress(t, "with A new and B "+oldVersion+" on the migrated schema", 3)
 

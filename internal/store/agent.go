@@ -259,8 +259,8 @@ func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]Dispat
 	rows, err := queryAll(ctx, t.tx, func(r pgx.Row, d *DispatchInfo) error {
 		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.Status, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
 	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.status, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
-			coalesce((SELECT array_agg(c.resource_snapshot ORDER BY (c.resource_snapshot->>'slot_index')::int)
-			          FROM allocation_resource_claims c
+			coalesce((SELECT array_agg(`+claimSnapshot+` ORDER BY (`+claimSnapshot+`->>'slot_index')::int)
+			          FROM `+claimsFrom+`
 			          WHERE c.allocation_id = a.id AND c.claim_kind = 'slot'
 			            AND c.status <> 'released'), '{}') -- claims given up by a re-placement are not the plan
 		FROM allocations a WHERE a.id = ANY($1::uuid[])
@@ -334,9 +334,9 @@ func (t *Tx) MarkDispatched(ctx context.Context, id int64) error {
 // ClaimSnapshots returns the device snapshots of an allocation's claims (for task plans).
 func (t *Tx) ClaimSnapshots(ctx context.Context, allocID string) ([]json.RawMessage, error) {
 	return queryAll(ctx, t.tx, func(r pgx.Row, b *json.RawMessage) error { return r.Scan(b) },
-		`SELECT resource_snapshot FROM allocation_resource_claims WHERE allocation_id = $1 AND claim_kind = 'slot'
-		 AND status <> 'released' -- claims given up by a re-placement (plan_invalid) are not the plan
-		 ORDER BY (resource_snapshot->>'slot_index')::int`, allocID)
+		`SELECT `+claimSnapshot+` FROM `+claimsFrom+` WHERE c.allocation_id = $1 AND c.claim_kind = 'slot'
+		 AND c.status <> 'released' -- claims given up by a re-placement (plan_invalid) are not the plan
+		 ORDER BY (`+claimSnapshot+`->>'slot_index')::int`, allocID)
 }
 
 // Notify sends a PostgreSQL notification. Call it after the transaction that made the change

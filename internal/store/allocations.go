@@ -142,15 +142,23 @@ func readAllocation(br pgx.BatchResults) (AllocationRecord, error) {
 // database (jsonb field access): decoding each snapshot's text in Go was 8% of the
 // controller's CPU in a 16-client create+release profile.
 const claimsSQL = `SELECT ` + claimColumns + `
-	FROM allocation_resource_claims c WHERE c.allocation_id = $1::uuid
-	ORDER BY (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`
+	FROM ` + claimsFrom + ` WHERE c.allocation_id = $1::uuid
+	ORDER BY (` + claimSnapshot + `->>'slot_index')::int NULLS FIRST, c.id`
 
-// claimColumns are the claim fields scanClaims reads.
+// claimsFrom is the claims (c) with the device snapshots their slot claims refer to (d): a
+// slot claim records its devices as a reference to its slot's snapshot at the time
+// (migration 034); claims made before keep their own copy in resource_snapshot.
+const claimsFrom = `allocation_resource_claims c LEFT JOIN slot_device_snapshots d ON d.id = c.device_snapshot_id`
+
+// claimSnapshot is a claim's device snapshot, in a query over claimsFrom.
+const claimSnapshot = `coalesce(d.snapshot, c.resource_snapshot)`
+
+// claimColumns are the claim fields scanClaims reads, from claimsFrom.
 const claimColumns = `c.id::text, c.claim_kind, c.status, c.node_id::text, coalesce(c.slot_id::text, ''),
-		(c.resource_snapshot->>'slot_index')::int, (c.resource_snapshot->>'numa_node')::int,
-		coalesce(c.resource_snapshot->>'pci_address', ''), coalesce(c.resource_snapshot->>'nvme_device', ''),
-		coalesce(c.resource_snapshot->>'fabric_vf_pci_address', ''), coalesce(c.resource_snapshot->>'mac_address', ''),
-		coalesce(c.resource_snapshot->>'private_ip', ''), c.created_at`
+		(` + claimSnapshot + `->>'slot_index')::int, (` + claimSnapshot + `->>'numa_node')::int,
+		coalesce(` + claimSnapshot + `->>'pci_address', ''), coalesce(` + claimSnapshot + `->>'nvme_device', ''),
+		coalesce(` + claimSnapshot + `->>'fabric_vf_pci_address', ''), coalesce(` + claimSnapshot + `->>'mac_address', ''),
+		coalesce(` + claimSnapshot + `->>'private_ip', ''), c.created_at`
 
 func scanClaims(rows pgx.Rows) ([]apiv1.Claim, error) {
 	defer rows.Close()
@@ -190,9 +198,9 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
 		WHERE a.id IN (`+listed+`) ORDER BY a.created_at DESC, a.id`, optUUID(f.TenantID), f.Status, f.Limit)
-	b.Queue(`SELECT c.allocation_id::text, `+claimColumns+` FROM allocation_resource_claims c
+	b.Queue(`SELECT c.allocation_id::text, `+claimColumns+` FROM `+claimsFrom+`
 		WHERE c.allocation_id IN (`+listed+`)
-		ORDER BY c.allocation_id, (c.resource_snapshot->>'slot_index')::int NULLS FIRST, c.id`, optUUID(f.TenantID), f.Status, f.Limit)
+		ORDER BY c.allocation_id, (`+claimSnapshot+`->>'slot_index')::int NULLS FIRST, c.id`, optUUID(f.TenantID), f.Status, f.Limit)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	rows, err := br.Query()

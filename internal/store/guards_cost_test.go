@@ -9,7 +9,8 @@ import (
 // statement, not a query per row (migration 032): reserving four slots of one node with
 // their claims, as claimsInsertSQL does, calls the slot's transition guard once per slot,
 // the slot-claim checks once, and neither the per-row claim trigger, the table-driven
-// transition check nor the separate wipe-gate trigger. The guarantees themselves are the
+// transition check, the separate wipe-gate trigger, nor anything that writes or fills in a
+// device snapshot (a claim refers to its slot's, migration 034). The guarantees themselves are the
 // wipe gate, transition, simulated-node and mutual-exclusion tests'.
 func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
 	st, url := open(t)
@@ -33,7 +34,8 @@ func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
 	calls := func() map[string]int {
 		t.Helper()
 		out := map[string]int{}
-		for _, f := range []string{"claims_mutual_exclusion", "claims_slot_checks", "check_status_transition", "slot_wipe_gate", "slot_transition_guard"} {
+		for _, f := range []string{"claims_mutual_exclusion", "claims_slot_checks", "check_status_transition", "slot_wipe_gate", "slot_transition_guard",
+			"claims_device_snapshot", "slots_snapshot_devices", "claims_record_fixed"} {
 			var c int
 			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
 				t.Fatal(err)
@@ -43,15 +45,16 @@ func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
 		return out
 	}
 	before := calls()
-	if _, err := tx.Exec(ctx, `WITH s AS (SELECT id, node_id, capacity_metadata->>'fabric_vf_pci_address' AS vf FROM node_resource_slots
+	if _, err := tx.Exec(ctx, `WITH s AS (SELECT id, node_id, capacity_metadata->>'fabric_vf_pci_address' AS vf, device_snapshot_id FROM node_resource_slots
 			WHERE node_id = $2 ORDER BY slot_index LIMIT 4),
-		c AS (INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
-			SELECT $1, node_id, id, 'slot', vf, '{}' FROM s RETURNING slot_id)
+		c AS (INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot, device_snapshot_id)
+			SELECT $1, node_id, id, 'slot', vf, '{}', device_snapshot_id FROM s RETURNING slot_id)
 		UPDATE node_resource_slots SET status = 'reserved', status_reason = '' WHERE id IN (SELECT slot_id FROM c)`, alloc, n.ID); err != nil {
 		t.Fatal(err)
 	}
 	after := calls()
-	want := map[string]int{"claims_mutual_exclusion": 0, "claims_slot_checks": 1, "check_status_transition": 0, "slot_wipe_gate": 0, "slot_transition_guard": 4}
+	want := map[string]int{"claims_mutual_exclusion": 0, "claims_slot_checks": 1, "check_status_transition": 0, "slot_wipe_gate": 0, "slot_transition_guard": 4,
+		"claims_device_snapshot": 0, "slots_snapshot_devices": 0, "claims_record_fixed": 0}
 	for f, w := range want {
 		if got := after[f] - before[f]; got != w {
 			t.Errorf("reserving 4 slots with their claims called %s %d times, want %d", f, got, w)
@@ -101,5 +104,50 @@ func TestTransitionChecksFollowTheirTables(t *testing.T) {
 	}
 	if before || !after {
 		t.Fatalf("disabled -> cleanup allowed %v before it was added to slot_transitions, %v after; want false, true", before, after)
+	}
+}
+
+// Putting reserved slots back on sale does not call the simulated-wipe refusal (its WHEN
+// clause asks for a simulated last wipe); the failed-claims release (migration 029) is still
+// called once per slot. The rules themselves are the dispatcher's simulated-wipe and the
+// lifecycle's failed-claim tests'.
+func TestReleaseCallsNoWipeCheckForARealWipe(t *testing.T) {
+	st, url := open(t)
+	ctx := context.Background()
+	n := addNode(t, st, "guards-r", 71)
+	conn := connect(t, url)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's writes are thrown away
+	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'reserved' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() map[string]int {
+		t.Helper()
+		out := map[string]int{}
+		for _, f := range []string{"slot_back_on_sale_releases_failed_claims", "slots_refuse_simulated_wipe"} {
+			var c int
+			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			out[f] = c
+		}
+		return out
+	}
+	before := calls()
+	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'available' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := calls()
+	want := map[string]int{"slot_back_on_sale_releases_failed_claims": 4, "slots_refuse_simulated_wipe": 0}
+	for f, w := range want {
+		if got := after[f] - before[f]; got != w {
+			t.Errorf("releasing 4 slots called %s %d times, want %d", f, got, w)
+		}
 	}
 }

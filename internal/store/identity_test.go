@@ -309,8 +309,8 @@ func waitBlockedBy(ctx context.Context, t *testing.T, probe *pgx.Conn, pid uint3
 	}
 }
 
-// A shared identity written before migration 017 (here with the session's triggers off) is
-// reported by Invariants; and a check refuses to run under REPEATABLE READ or SERIALIZABLE,
+// A shared identity written before migration 017 (here with the session's triggers off, and
+// the device snapshot migration 034 gives every slot) is reported by Invariants; and a check refuses to run under REPEATABLE READ or SERIALIZABLE,
 // whose snapshot, older than the check's lock, could miss a concurrent writer of the same
 // identity.
 func TestLegacySharedIdentityReportedAndRepeatableReadRefused(t *testing.T) {
@@ -321,6 +321,9 @@ func TestLegacySharedIdentityReportedAndRepeatableReadRefused(t *testing.T) {
 	nvme := fixtures.H200Slot(10, 0).NVMeDevice
 	for _, q := range []string{`SET session_replication_role = replica`,
 		`UPDATE node_resource_slots SET nvme_device = '` + nvme + `' WHERE node_id = '` + a.ID + `' AND slot_index = 1`,
+		`WITH d AS (INSERT INTO slot_device_snapshots (slot_id, snapshot) SELECT s.id, slot_device_snapshot(s) FROM node_resource_slots s
+			WHERE s.node_id = '` + a.ID + `' AND s.slot_index = 1 RETURNING id, slot_id)
+		UPDATE node_resource_slots s SET device_snapshot_id = d.id FROM d WHERE s.id = d.slot_id`,
 		`SET session_replication_role = origin`} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)

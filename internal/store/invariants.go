@@ -78,6 +78,13 @@ func (s *Store) InvariantsWithin(ctx context.Context, d Deadlines) ([]string, er
 		{"slot held by an ended reservation or one of another node", `SELECT s.id::text || ' held by ' || r.id::text || ' (' || r.status || ')'
 			FROM node_resource_slots s JOIN capacity_reservations r ON r.id = s.reservation_id
 			WHERE r.status <> 'active' OR r.node_id <> s.node_id`, nil},
+		// Migration 034 keeps these on every write.
+		{"slot whose current device snapshot is not of its devices", `SELECT s.id::text FROM node_resource_slots s
+			LEFT JOIN slot_device_snapshots d ON d.id = s.device_snapshot_id
+			WHERE d.snapshot IS DISTINCT FROM slot_device_snapshot(s)`, nil},
+		{"slot claim recording another slot's devices", `SELECT c.id::text FROM allocation_resource_claims c
+			JOIN slot_device_snapshots d ON d.id = c.device_snapshot_id
+			WHERE d.slot_id IS DISTINCT FROM c.slot_id`, nil},
 	}
 	if d.Provision > 0 {
 		checks = append(checks, check{"allocation neither active nor ended within the provisioning deadline", `SELECT id::text || ' ' || status || ' since ' || created_at::text

@@ -602,24 +602,16 @@ type LockedSlot struct {
 // reservation is the capacity reservation whose held slots to take ("" = the fleet's slots,
 // held by none).
 func (t *Tx) LockAvailableSlots(ctx context.Context, nodeID string, preferred, alternates []string, n int, reservation string) ([]LockedSlot, error) {
+	// The snapshot is the slot's current one (slot_device_snapshot, kept by the database),
+	// which the claims insert records.
 	rows, err := t.tx.Query(ctx, `SELECT s.id::text, s.node_id::text, s.slot_index,
-			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''),
-			jsonb_build_object('slot_id', s.id, 'slot_index', s.slot_index, 'numa_node', s.numa_node,
-				'pci_address', s.pci_address, 'gpu_model', s.gpu_model, 'gpu_uuid', s.gpu_uuid,
-				'nvme_device', s.nvme_device, 'network_fabric', s.network_fabric,
-				'fabric_pci_address', s.fabric_pci_address,
-				'fabric_vf_pci_address', s.capacity_metadata->>'fabric_vf_pci_address',
-				'mac_address', s.mac_address, 'private_ip', host(s.private_ip),
-				'vcpu_count', s.vcpu_count, 'memory_mib', s.memory_mib, 'host_cpus', s.host_cpus,
-				'housekeeping_cpus', (SELECT n.housekeeping_cpus FROM nodes n WHERE n.id = $2::uuid),
-				'destructive_wipe_policy', s.capacity_metadata->>'destructive_wipe_policy',
-				'disk_identity', s.capacity_metadata->>'disk_identity')
-		FROM node_resource_slots s
+			coalesce(s.capacity_metadata->>'fabric_vf_pci_address', ''), d.snapshot
+		FROM node_resource_slots s JOIN slot_device_snapshots d ON d.id = s.device_snapshot_id
 		WHERE s.id = ANY($1::uuid[]) AND s.node_id = $2::uuid AND s.status = 'available' AND s.health <> 'quarantined'
 		  AND s.reservation_id IS NOT DISTINCT FROM $5::uuid
 		ORDER BY s.id = ANY($3::uuid[]) DESC, s.slot_index
 		LIMIT $4
-		FOR UPDATE SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n, optUUID(reservation))
+		FOR UPDATE OF s SKIP LOCKED`, uuidsArg(alternates), uuidArg(nodeID), uuidsArg(preferred), n, optUUID(reservation))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -749,7 +741,7 @@ type NewClaim struct {
 	NodeID   string
 	SlotID   string
 	FabricVF string
-	Snapshot json.RawMessage // the claim's resource snapshot ("{}" when empty)
+	Snapshot json.RawMessage // a claim without a slot: its resource snapshot ("{}" when empty); a slot claim records its slot's stored one
 }
 
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
@@ -837,11 +829,19 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 // claimsInsertSQL writes an allocation's claims and reserves their slots in one statement
 // (one execution instead of one per claim plus the slot update). The claims trigger still
 // checks each row (node exclusion, slot on node) and the slots trigger each transition; a
-// slot that is not available fails the whole statement.
+// slot that is not available fails the whole statement. A slot claim records its devices as
+// its slot's current snapshot (the slot is locked, so it is the one LockAvailableSlots read),
+// and no copy once no controller of the previous release reads claims
+// (claims_snapshot_by_reference, migration 034): the claim's row stays small for its insert
+// and its status changes.
 const claimsInsertSQL = `WITH c AS (
-	INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
-	SELECT $1, u.node_id::uuid, nullif(u.slot_id, '')::uuid, u.kind, u.vf, u.snapshot
+	INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address,
+		resource_snapshot, device_snapshot_id)
+	SELECT $1, u.node_id::uuid, nullif(u.slot_id, '')::uuid, u.kind, u.vf,
+		CASE WHEN s.device_snapshot_id IS NOT NULL AND claims_snapshot_by_reference() THEN '{}' ELSE u.snapshot END,
+		s.device_snapshot_id
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[]) AS u(node_id, slot_id, kind, vf, snapshot)
+	LEFT JOIN node_resource_slots s ON s.id = nullif(u.slot_id, '')::uuid
 	RETURNING slot_id)
 UPDATE node_resource_slots SET status = 'reserved', status_reason = ''
 WHERE id IN (SELECT slot_id FROM c WHERE slot_id IS NOT NULL)`

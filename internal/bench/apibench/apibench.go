@@ -198,8 +198,8 @@ UPDATE node_resource_slots SET status = 'reserved' WHERE id = ANY(:ids::uuid[]);
 INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id, price_snapshot)
   SELECT :tenant::uuid, 'h200-sxm-slice', 'gpu_slice', 4, '', (SELECT id FROM bench_nodes WHERE ord = :node), '{}'
   RETURNING id AS alloc \gset
-INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot)
-  SELECT :alloc::uuid, node_id, id, 'slot', capacity_metadata->>'fabric_vf_pci_address', '{}'
+INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address, resource_snapshot, device_snapshot_id)
+  SELECT :alloc::uuid, node_id, id, 'slot', capacity_metadata->>'fabric_vf_pci_address', '{}', device_snapshot_id
   FROM node_resource_slots WHERE id = ANY(:ids::uuid[]);
 COMMIT;
 BEGIN;

@@ -35,6 +35,7 @@ func main() {
 	api := flag.Bool("api", false, "also measure the pair through the API")
 	flag.StringVar(&kind, "kind", "pgbench", "what the runs without a trigger or index, and the candidates, measure: pgbench (the raw script) or api")
 	flag.BoolVar(&waldump, "waldump", false, "break each run's WAL down by relation (pg_waldump)")
+	flag.BoolVar(&walKinds, "walkinds", false, "with -waldump, break each relation's WAL down by record kind too")
 	flag.StringVar(&apply, "apply", "", "a candidate (try:NAME) applied before every run: run two of these at once, with and without it, to compare under the same load")
 	flag.BoolVar(&stmtCPU, "stmtcpu", false, "log each statement's CPU (log_statement_stats) and print the statements' CPU per pair")
 	flag.Parse()

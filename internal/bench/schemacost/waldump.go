@@ -28,6 +28,9 @@ var (
 	walNameRE = regexp.MustCompile(`[^a-z0-9_]`)
 )
 
+// walKinds: break each relation's WAL down further by record kind (insert, hot_update, lock...).
+var walKinds bool
+
 // walByRelation reads the WAL between two insert positions with pg_waldump and sums each
 // record's size by the relation its first block belongs to (records without a block, such
 // as commits, by resource manager and kind), largest first (full-page images left out).
@@ -70,6 +73,9 @@ func walByRelation(ctx context.Context, env *benchenv.Env, from, to string) ([]w
 			key = names[r[1]]
 			if key == "" {
 				key = "relfilenode " + r[1] // another database's (the minimal reference's)
+			}
+			if walKinds {
+				key += " " + m[1] + "/" + walNameRE.ReplaceAllString(strings.ToLower(m[4]), "")
 			}
 		}
 		s := sum[key]
