@@ -313,11 +313,7 @@ func TestEventClockBehind(t *testing.T) {
 func TestEventCursorOrdersTransactionIDsAsNumbers(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := connect(t, url)
 	var tenant string
 	if err := conn.QueryRow(ctx, `INSERT INTO tenants (name) VALUES ('digits') RETURNING id::text`).Scan(&tenant); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The guards of a reservation cost a function call per changed slot row and one per claims
@@ -16,15 +18,7 @@ func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
 	n := addNode(t, st, "guards-a", 70)
-	conn := connect(t, url)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // the test's writes are thrown away
-	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
-		t.Fatal(err)
-	}
+	tx := countingTx(t, url)
 	var alloc string
 	if err := tx.QueryRow(ctx, `WITH t AS (INSERT INTO tenants (name) VALUES ('guards') RETURNING id)
 		INSERT INTO allocations (tenant_id, sku, capacity_shape, gpus_total, region, node_id, price_snapshot)
@@ -32,17 +26,8 @@ func TestReservationGuardsRunOncePerRowOrStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := func() map[string]int {
-		t.Helper()
-		out := map[string]int{}
-		for _, f := range []string{"claims_mutual_exclusion", "claims_slot_checks", "check_status_transition", "slot_wipe_gate", "slot_transition_guard",
-			"claims_device_snapshot", "slots_snapshot_devices", "claims_record_fixed"} {
-			var c int
-			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
-				t.Fatal(err)
-			}
-			out[f] = c
-		}
-		return out
+		return functionCalls(t, tx, "claims_mutual_exclusion", "claims_slot_checks", "check_status_transition", "slot_wipe_gate",
+			"slot_transition_guard", "claims_device_snapshot", "slots_snapshot_devices", "claims_record_fixed")
 	}
 	before := calls()
 	if _, err := tx.Exec(ctx, `WITH s AS (SELECT id, node_id, capacity_metadata->>'fabric_vf_pci_address' AS vf, device_snapshot_id FROM node_resource_slots
@@ -115,29 +100,12 @@ func TestReleaseCallsNoWipeCheckForARealWipe(t *testing.T) {
 	st, url := open(t)
 	ctx := context.Background()
 	n := addNode(t, st, "guards-r", 71)
-	conn := connect(t, url)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // the test's writes are thrown away
-	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
-		t.Fatal(err)
-	}
+	tx := countingTx(t, url)
 	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'reserved' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
 		t.Fatal(err)
 	}
 	calls := func() map[string]int {
-		t.Helper()
-		out := map[string]int{}
-		for _, f := range []string{"slot_back_on_sale_releases_failed_claims", "slots_refuse_simulated_wipe"} {
-			var c int
-			if err := tx.QueryRow(ctx, `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
-				t.Fatal(err)
-			}
-			out[f] = c
-		}
-		return out
+		return functionCalls(t, tx, "slot_back_on_sale_releases_failed_claims", "slots_refuse_simulated_wipe")
 	}
 	before := calls()
 	if _, err := tx.Exec(ctx, `UPDATE node_resource_slots SET status = 'available' WHERE node_id = $1 AND slot_index < 4`, n.ID); err != nil {
@@ -150,4 +118,34 @@ func TestReleaseCallsNoWipeCheckForARealWipe(t *testing.T) {
 			t.Errorf("releasing 4 slots called %s %d times, want %d", f, got, w)
 		}
 	}
+}
+
+// countingTx is a transaction on its own connection that counts its PL/pgSQL function calls
+// (track_functions); the test's writes are rolled back at cleanup.
+func countingTx(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // the test's writes are thrown away
+	if _, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// functionCalls is how many times countingTx's transaction has called each named function.
+func functionCalls(t *testing.T, tx pgx.Tx, names ...string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, f := range names {
+		var c int
+		if err := tx.QueryRow(context.Background(), `SELECT coalesce(pg_stat_get_xact_function_calls(to_regproc($1)::oid), 0)`, f).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		out[f] = c
+	}
+	return out
 }
