@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,8 +47,8 @@ func TestDBFailoverSynchronousStandby(t *testing.T) {
 		t.Fatalf("a task created through B after the failover reached the host parked on A after %s; NOTIFY wake-ups did not resume", took)
 	}
 	for _, dir := range []string{c.dir, filepath.Join(c.dir, "b")} {
-		if log, err := os.ReadFile(filepath.Join(dir, "controller.log")); err != nil || strings.Contains(string(log), `msg="internal error"`) {
-			t.Fatalf("a controller answered an internal error during the failover (see %s) %v", dir, err)
+		if lines := internalErrors(t, dir); len(lines) > 0 {
+			t.Fatalf("a controller answered %d internal errors during the failover (%s):\n%s", len(lines), dir, strings.Join(lines, "\n"))
 		}
 	}
 	t.Logf("failover (synchronous standby): %d creates and %d releases acknowledged, every one on the new primary; %d host tasks each run once; calls that failed and were retried: %s; raw reads answered 503 unavailable with Retry-After: %d",

@@ -322,3 +322,24 @@ func dumpLogs(t *testing.T, dir string) {
 		return nil
 	})
 }
+
+// internalErrors returns the lines of dir's controller log that record an internal error
+// (an answer of 500), each cut to 600 bytes, so a failing test names what went wrong even
+// where only its own lines are kept (make failover prints only those).
+func internalErrors(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "controller.log"))
+	if err != nil {
+		t.Fatalf("read the controller log: %v", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `msg="internal error"`) {
+			if len(line) > 600 {
+				line = line[:600]
+			}
+			out = append(out, line)
+		}
+	}
+	return out
+}
