@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,13 +83,25 @@ func toAPIError(err error) *apiv1.Error {
 		return apiErr(apiv1.CodeConflict, err.Error(), nil)
 	case errors.Is(err, store.ErrInvalid):
 		return apiErr(apiv1.CodeInvalidRequest, err.Error(), nil)
-	case errors.Is(err, store.ErrUnavailable):
+	case store.Unavailable(err):
+		// However a lost or refused database connection reached here (wrapped by a layer
+		// that did not translate it), nothing was applied, or an idempotent retry settles it.
 		return apiErr(apiv1.CodeUnavailable, "database unavailable; retry", map[string]any{"retryable": true})
 	}
 	return apiErr(apiv1.CodeInternal, "internal error", nil)
 }
 
+// statusClientClosed is what a request whose client went away before its answer ends with
+// (the status proxies log for it): nobody reads the answer, and it is no server fault.
+const statusClientClosed = 499
+
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The client closed its connection (or the replica is shutting down) while the
+		// request ran: not an internal error, and not worth an operator's attention.
+		w.WriteHeader(statusClientClosed)
+		return
+	}
 	ae := toAPIError(err)
 	if ae.Code == apiv1.CodeInternal {
 		s.log.Error("internal error", "path", r.URL.Path, "request_id", requestID(r.Context()), "err", err)

@@ -177,10 +177,52 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 	for attempt := 0; attempt < 4; attempt++ {
 		err = s.inTxOnce(ctx, fn)
 		if !isRetryable(err) {
-			return err
+			return settle(err)
 		}
 	}
-	return err
+	return &DBError{Kind: ErrUnavailable, Detail: "the database kept aborting the transaction for concurrent ones", Err: err}
+}
+
+// settle makes sure an error that ended a transaction because the database went away says so
+// (ErrUnavailable), however the function that met it wrapped it: a statement inside fn whose
+// connection broke is as retryable as a failed COMMIT, and callers answer it with a 503, not
+// an internal error.
+func settle(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !Unavailable(err) {
+		return err
+	}
+	return &DBError{Kind: ErrUnavailable, Detail: err.Error(), Err: err}
+}
+
+// Unavailable reports whether err means the database could not be reached or gave up the
+// session (lost or refused connection, server shutting down, recovery, too many clients, a
+// read-only server), wrapped or not: the work did not happen, or its COMMIT's answer was lost,
+// and a retry (idempotency keys settle the second case) is the right answer.
+func Unavailable(err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return unavailableCode(pgErr.Code)
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || pgconn.SafeToRetry(err) || connectionLost(err)
+}
+
+// unavailableCode reports the SQLSTATEs of a server that cannot do the work now: connection
+// exceptions (08), insufficient resources (53: too many clients, out of memory or disk),
+// operator intervention (57: shutdown, crash of another backend, recovery) and a read-only
+// server (25006: a standby reached through a stale connection).
+func unavailableCode(code string) bool {
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "08", "53", "57":
+		return true
+	}
+	return code == "25006"
 }
 
 func (s *Store) inTxOnce(ctx context.Context, fn func(*Tx) error) error {
@@ -281,13 +323,12 @@ func translate(err error) error {
 		case "23503", "23502", "22P02", "22007", "22008", "22023", "22003":
 			return &DBError{Kind: ErrInvalid, Constraint: pgErr.ConstraintName, Detail: inOurWords(pgErr), Err: err}
 		}
-		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57") {
+		if unavailableCode(pgErr.Code) {
 			return &DBError{Kind: ErrUnavailable, Detail: pgErr.Message, Err: err}
 		}
 		return err
 	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || pgconn.SafeToRetry(err) || connectionLost(err) {
+	if Unavailable(err) {
 		return &DBError{Kind: ErrUnavailable, Detail: err.Error(), Err: err}
 	}
 	return err
