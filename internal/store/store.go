@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
@@ -126,30 +127,71 @@ func (s *Store) Ping(ctx context.Context) error {
 // Migrate applies the embedded migrations to the database at connString and returns the
 // resulting schema version. tern takes an advisory lock, so concurrent controllers are safe.
 func Migrate(ctx context.Context, connString string) (int32, error) {
+	sub, err := fs.Sub(migrationsFS, "migrations")
+	if err != nil {
+		return 0, fmt.Errorf("store: migrate: %w", err)
+	}
+	return migrateFS(ctx, connString, sub, "public.schema_version")
+}
+
+// migrateAttempts bounds how often a migration that lost a lock conflict is run again.
+const migrateAttempts = 8
+
+// migrationLockTimeout bounds how long a migration waits for a table lock. A schema change
+// queues every later statement on its table behind it, so under a rolling upgrade's traffic
+// it should give up (and try again) rather than stall the serving replicas.
+const migrationLockTimeout = "5s"
+
+// migrateFS applies the migrations in fsys (NNN_name.sql at its root), recording the version
+// in versionTable. Each migration runs in
+// its own transaction, so one that the database aborted for a lock conflict (a deadlock with
+// the serving replicas' transactions during a rolling upgrade, or a lock it waited too long
+// for) is rolled back whole and run again, after a short pause, up to migrateAttempts times.
+func migrateFS(ctx context.Context, connString string, fsys fs.FS, versionTable string) (int32, error) {
 	conn, err := pgx.Connect(ctx, connString)
 	if err != nil {
 		return 0, fmt.Errorf("store: migrate: connect: %w", err)
 	}
 	defer conn.Close(ctx)
-	m, err := migrate.NewMigrator(ctx, conn, "public.schema_version")
+	m, err := migrate.NewMigrator(ctx, conn, versionTable)
 	if err != nil {
 		return 0, fmt.Errorf("store: migrate: %w", err)
 	}
-	sub, err := fs.Sub(migrationsFS, "migrations")
-	if err != nil {
-		return 0, fmt.Errorf("store: migrate: %w", err)
-	}
-	if err := m.LoadMigrations(sub); err != nil {
+	if err := m.LoadMigrations(fsys); err != nil {
 		return 0, fmt.Errorf("store: load migrations: %w", err)
 	}
-	if err := m.Migrate(ctx); err != nil {
-		return 0, fmt.Errorf("store: migrate: %w", err)
+	for _, mg := range m.Migrations {
+		// In the migration's own transaction only: tern's advisory lock, which a second
+		// controller starting at the same time waits on, is taken outside it.
+		mg.UpSQL = "SET LOCAL lock_timeout = '" + migrationLockTimeout + "';\n" + mg.UpSQL
+	}
+	for attempt := 1; ; attempt++ {
+		err := m.Migrate(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == migrateAttempts || !lockConflict(err) {
+			return 0, fmt.Errorf("store: migrate: %w", err)
+		}
+		pause := time.Duration(attempt) * 200 * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("store: migrate: %w (after %v)", ctx.Err(), err)
+		case <-time.After(pause + rand.N(pause)):
+		}
 	}
 	v, err := m.GetCurrentVersion(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("store: migrate: %w", err)
 	}
 	return v, nil
+}
+
+// lockConflict reports a transaction the database aborted for a lock conflict, which running
+// it again resolves: a deadlock, a serialization failure, or a lock not granted in time.
+func lockConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03")
 }
 
 // NewID is a new allocation id: a UUIDv7, time-ordered like the database's default for the

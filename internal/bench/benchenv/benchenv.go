@@ -182,13 +182,19 @@ func (e *Env) StartController(ctx context.Context, binDir string, extra ...strin
 		}
 		select {
 		case err := <-e.exited:
+			// Reaped here: nothing is left for StopController to wait for (it would wait
+			// forever on the delivered exit).
+			e.ctl = nil
+			lf.Close()
 			log, _ := os.ReadFile(lf.Name())
 			return fmt.Errorf("controller exited: %v\n%s", err, log)
 		case <-ctx.Done():
+			e.StopController()
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			e.StopController()
 			return errors.New("controller not ready after 90s")
 		}
 	}
