@@ -228,7 +228,9 @@ func (s *Service) release(ctx context.Context, actor Actor, id, report string) (
 				}
 			}
 			written, tasks, err := tx.CancelRequested(ctx, rec, tasks, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
-			if err == nil {
+			// The answer is what was written, unless a report recorded health events: those
+			// are shown as Get reads them (a rare release, read again after it commits).
+			if err == nil && report == "" {
 				out := withTasks(s.present(actor, written), tasks)
 				done = &out
 			}

@@ -86,4 +86,22 @@ func TestCreateAndReleaseAnswerWhatGetSends(t *testing.T) {
 			}
 		}
 	}
+	// A release with a problem report quarantines the slots and records a health event for
+	// each, in the release's transaction: its answer shows them as GET does.
+	code, created := b.do("POST", "/api/v1/allocations", b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 1})
+	if code != 201 {
+		t.Fatalf("create = %d %s", code, created)
+	}
+	var a apiv1.Allocation
+	_ = json.Unmarshal(created, &a)
+	code, reported := b.do("POST", "/api/v1/allocations/"+a.ID+"/release", b.tenant, map[string]string{"report": "GPU fell off the bus"})
+	if code != 200 {
+		t.Fatalf("release with a report = %d %s", code, reported)
+	}
+	var r apiv1.Allocation
+	_ = json.Unmarshal(reported, &r)
+	if r.Status != "released" || len(r.HealthEvents) != 1 {
+		t.Fatalf("release with a report answered %s", reported)
+	}
+	same("release with a report", b.tenant, reported)
 }
