@@ -72,28 +72,21 @@ func (s *Service) Get(ctx context.Context, actor Actor, id string) (apiv1.Alloca
 // explainWaiting says, on each queued task its node's hostd does not decode, which release
 // it needs (the host's facts are read only when a task is queued).
 func (s *Service) explainWaiting(ctx context.Context, nodeID string, tasks []apiv1.AllocationTask) error {
-	for _, tr := range tasks {
-		if tr.Status != "queued" {
+	var facts json.RawMessage
+	for i := range tasks {
+		if tasks[i].Status != "queued" {
 			continue
 		}
-		n, err := s.st.GetNode(ctx, nodeID)
-		if err != nil {
-			return err
+		if facts == nil {
+			n, err := s.st.GetNode(ctx, nodeID)
+			if err != nil {
+				return err
+			}
+			facts = append(json.RawMessage{}, n.AgentFacts...)
 		}
-		waiting(n.AgentFacts, tasks)
-		return nil
+		tasks[i].Waiting = task.WaitReason(facts, tasks[i].Type, tasks[i].SchemaVersion)
 	}
 	return nil
-}
-
-// waiting notes on each queued task whose host (its recorded heartbeat: facts) does not decode
-// it which release it needs.
-func waiting(facts json.RawMessage, tasks []apiv1.AllocationTask) {
-	for i := range tasks {
-		if tasks[i].Status == "queued" {
-			tasks[i].Waiting = task.WaitReason(facts, tasks[i].Type, tasks[i].SchemaVersion)
-		}
-	}
 }
 
 // withTasks adds an allocation's host tasks (read newest first) to its view, oldest first.

@@ -393,11 +393,7 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 		if len(writtenTasks) > 0 {
 			s.planner.TaskQueued(written.NodeID)
 		}
-		out = withTasks(s.present(actor, written), writtenTasks)
-		if written.HostFacts != nil { // its host does not decode the task: say why it waits
-			waiting(written.HostFacts, out.Tasks)
-		}
-		return out, false, nil
+		return withTasks(s.present(actor, written), writtenTasks), false, nil
 	}
 	out, err = s.Get(ctx, actor, allocID)
 	return out, replayed, err

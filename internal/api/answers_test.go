@@ -2,13 +2,9 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"encoding/json"
-	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuaas/gpuaas/internal/apiv1"
 	"github.com/gpuaas/gpuaas/internal/dispatch"
@@ -108,26 +104,4 @@ func TestCreateAndReleaseAnswerWhatGetSends(t *testing.T) {
 		t.Fatalf("release with a report answered %s", reported)
 	}
 	same("release with a report", b.tenant, reported)
-
-	// A host that does not decode the provisioning task: it waits, and the create's answer
-	// says why, as GET does.
-	conn, err := pgx.Connect(context.Background(), b.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), `UPDATE nodes SET agent_facts =
-		'{"agent_version": "9.0.0", "facts": {"task_schemas": {"slice.vm_provision": [2]}}}' WHERE name = 'n1'`); err != nil {
-		t.Fatal(err)
-	}
-	code, created = b.do("POST", "/api/v1/allocations", b.tenant, apiv1.AllocationCreate{SKU: "h200-sxm-slice", GPUs: 2})
-	if code != 201 {
-		t.Fatalf("create = %d %s", code, created)
-	}
-	a = apiv1.Allocation{}
-	_ = json.Unmarshal(created, &a)
-	if len(a.Tasks) != 1 || !strings.Contains(a.Tasks[0].Waiting, "9.0.0") {
-		t.Fatalf("create on a host that does not decode its task answered tasks %+v, want it waiting for a newer gpuaas-hostd", a.Tasks)
-	}
-	same("create on a host that does not decode its task", b.tenant, created)
 }

@@ -20,10 +20,6 @@ type AllocationRecord struct {
 	ImageSnapshot   json.RawMessage
 	UsageSnapshot   json.RawMessage
 	RequestHash     string
-	// HostFacts, set only by an insert that queued a task its node's host does not decode
-	// (InsertAllocationRecord), are that node's agent facts: the task waits, and the answer
-	// says why as Get does.
-	HostFacts json.RawMessage
 }
 
 const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,

@@ -797,7 +797,7 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 				VALUES ('allocation.requested', $1, $2, $3, now()) RETURNING id)
 			INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after, outbox_id)
 			SELECT $2, $1, $4, $5, now() + make_interval(secs => $6::float8), ev.id FROM ev
-			RETURNING `+allocTaskColumns+`, `+undecodableFacts,
+			RETURNING `+allocTaskColumns,
 			id, a.NodeID, event, a.Task.Type, payload, a.Task.TTL.Seconds())
 	}
 	if a.Audit != nil {
@@ -897,7 +897,7 @@ func (t *Tx) sendInsert(ctx context.Context, batch *pgx.Batch, withTask, commit 
 	}
 	var tasks []TaskRecord
 	if withTask {
-		tasks, rec.HostFacts, err = readInsertedTask(br)
+		tasks, err = readTasks(br)
 	} else {
 		_, err = br.Exec()
 	}
@@ -908,30 +908,6 @@ func (t *Tx) sendInsert(ctx context.Context, batch *pgx.Batch, withTask, commit 
 		return AllocationRecord{}, nil, err
 	}
 	return rec, tasks, nil
-}
-
-// undecodableFacts is, returned by a task insert, the agent facts of the task's node when its
-// host does not decode the task (gpuaas_host_decodes, migration 025; JSON null when it has
-// reported none), else NULL: what the
-// answer's note on a waiting task is made of, as Get makes it from the node's facts.
-const undecodableFacts = `(SELECT CASE WHEN gpuaas_host_decodes(n.agent_facts, node_tasks.type, node_tasks.schema_version)
-	THEN NULL ELSE coalesce(n.agent_facts, 'null') END FROM nodes n WHERE n.id = node_tasks.node_id)`
-
-// readInsertedTask reads the task a task insert returned (allocTaskColumns, then
-// undecodableFacts).
-func readInsertedTask(br pgx.BatchResults) ([]TaskRecord, json.RawMessage, error) {
-	var tr TaskRecord
-	var phases []byte
-	var facts json.RawMessage
-	if err := br.QueryRow().Scan(&tr.ID, &tr.Type, &tr.Status, &tr.Attempt, &phases, &tr.Error, &tr.CreatedAt, &tr.SchemaVersion,
-		rawJSON(&facts)); err != nil {
-		return nil, nil, translate(err)
-	}
-	var err error
-	if tr.Phases, err = decodePhases(tr.ID, phases); err != nil {
-		return nil, nil, err
-	}
-	return []TaskRecord{tr}, facts, nil
 }
 
 // endBatch reads the rest of a batch whose first read statements have been read, and reports
