@@ -198,7 +198,7 @@ func (s *Service) release(ctx context.Context, actor Actor, id, report string) (
 	err := s.st.InTx(ctx, func(tx *store.Tx) error {
 		done = nil
 		// Locked and read; a requested one's queued tasks cancelled (they must never run).
-		rec, leased, err := tx.LockForRelease(ctx, id, tenantScope(actor))
+		rec, tasks, leased, err := tx.LockForRelease(ctx, id, tenantScope(actor))
 		if errors.Is(err, store.ErrNotFound) {
 			return &apiv1.Error{Code: apiv1.CodeNotFound, Message: "allocation " + id + " not found"}
 		}
@@ -227,8 +227,10 @@ func (s *Service) release(ctx context.Context, actor Actor, id, report string) (
 					slots = append(slots, c.SlotID)
 				}
 			}
-			written, tasks, err := tx.CancelRequested(ctx, id, rec.NodeID, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
-			if err == nil {
+			written, tasks, err := tx.CancelRequested(ctx, rec, tasks, slots, now, actor.audit("allocation.release", "allocation", id, map[string]any{"from_status": rec.Status}))
+			// The answer is what was written, unless a report recorded health events: those
+			// are shown as Get reads them (a rare release, read again after it commits).
+			if err == nil && report == "" {
 				out := withTasks(s.present(actor, written), tasks)
 				done = &out
 			}

@@ -15,6 +15,7 @@ import (
 // each transaction's BEGIN rides with its first batch, its COMMIT with its last, and the
 // create's first placement window with the SKU lookup. At 1 client a round trip costs about 0.1 ms of wall time on the
 // bench machine (docs/performance.md), so this guards the latency the API adds over raw SQL.
+// Neither reads back what it has just written: the answers come from what the writes returned.
 func TestCreateAndReleaseRoundTrips(t *testing.T) {
 	log := &pgtest.Trips{Words: 2}
 	b := setupStore(t, alloc.Config{}, store.Options{MaxConns: 4, Tracer: log})
@@ -44,6 +45,24 @@ func TestCreateAndReleaseRoundTrips(t *testing.T) {
 	}
 	if len(release) != 2 || !strings.HasPrefix(release[0], "BEGIN |") || !strings.HasSuffix(release[1], "| COMMIT") {
 		t.Errorf("release: %d round trips, want 2 (BEGIN with the lock read; writes with the COMMIT):%s", len(release), show(release))
+	}
+	// The answers are built from what the writes returned: the create's insert trip and the
+	// release's write trip read nothing back; the release's lock trip reads the allocation,
+	// its claims and its tasks once each (the tasks with the cancel of its queued ones).
+	reads := func(trip string) (n int) {
+		for _, st := range strings.Split(trip, " | ") {
+			if strings.HasPrefix(st, "SELECT") {
+				n++
+			}
+		}
+		return n
+	}
+	if len(create) == 3 && reads(create[2]) != 0 {
+		t.Errorf("create: the insert's round trip reads %d statements back, want none: %s", reads(create[2]), create[2])
+	}
+	if len(release) == 2 && (reads(release[0]) != 2 || reads(release[1]) != 0) {
+		t.Errorf("release: %d reads with the lock (want 2: the allocation, its claims; the tasks ride with the cancel), %d with the writes (want none):%s",
+			reads(release[0]), reads(release[1]), show(release))
 	}
 	// Both committed: another connection reads the released allocation.
 	if got, err := b.svc.Get(b.ctx, b.tenant, a.ID); err != nil || got.Status != "released" {

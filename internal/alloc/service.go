@@ -400,9 +400,9 @@ func (s *Service) Create(ctx context.Context, actor Actor, req apiv1.AllocationC
 }
 
 // reserve places and writes the allocation (look: the SKU lookup, with the slice image as
-// resolved and the first window as read); for a slice it also fills written and writtenTasks
-// with the allocation and its provisioning task as written (so Create answers without
-// reading them again).
+// resolved and the first window as read); it also fills written (and for a slice
+// writtenTasks) with the allocation and its provisioning task as written (so Create answers
+// without reading them again).
 func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r request, req apiv1.AllocationCreate, look store.CreateLookup,
 	idemKey, hash string, written *store.AllocationRecord, writtenTasks *[]store.TaskRecord, held *txSlots) (string, error) {
 	img, imgErr := look.Image, look.ImageErr
@@ -418,7 +418,7 @@ func (s *Service) reserve(ctx context.Context, tx *store.Tx, actor Actor, r requ
 		if req.Image != "" {
 			return "", invalid("baremetal images are MAAS deploy images chosen at deploy time; --image applies to slices")
 		}
-		return s.reserveBaremetal(ctx, tx, actor, r, na)
+		return s.reserveBaremetal(ctx, tx, actor, r, na, written)
 	}
 	// A slice's insert is its transaction's last statement (Create commits right after
 	// reserve returns): it carries the COMMIT, saving a round trip.
@@ -713,7 +713,7 @@ func usage(r request, price apiv1.Price, nodeID string, slotIDs []string) map[st
 		"slot_ids": slotIDs, "slot_count": len(slotIDs), "gpu_hourly_price_minor": price.GPUHourlyPriceMinor, "currency": price.Currency}
 }
 
-func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Actor, r request, na store.NewAllocation) (string, error) {
+func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Actor, r request, na store.NewAllocation, written *store.AllocationRecord) (string, error) {
 	q := s.query(r)
 	cands, err := tx.BaremetalCandidates(ctx, q)
 	if err != nil {
@@ -745,7 +745,8 @@ func (s *Service) reserveBaremetal(ctx context.Context, tx *store.Tx, actor Acto
 			if err != nil {
 				return err
 			}
-			id, err = sp.InsertAllocation(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID, Snapshot: snap}})
+			*written, _, err = sp.InsertAllocationRecord(ctx, na, []store.NewClaim{{Kind: "node_exclusive", NodeID: n.ID, Snapshot: snap}})
+			id = written.ID
 			return err
 		})
 		if err == nil {

@@ -38,6 +38,7 @@ type apiBundle struct {
 	other  string
 	tenID  string
 	dsn    string // the test's database, for tests that compare rows directly
+	svc    *alloc.Service
 }
 
 // setup starts the real API over TLS on a fresh database with an admin token.
@@ -58,8 +59,8 @@ func setup(t *testing.T) *apiBundle {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	svc := alloc.New(st, alloc.Config{})
-	b.srv = httptest.NewTLSServer(api.New(api.Options{Store: st, Alloc: svc, Version: "test"}).Handler())
+	b.svc = alloc.New(st, alloc.Config{})
+	b.srv = httptest.NewTLSServer(api.New(api.Options{Store: st, Alloc: b.svc, Version: "test"}).Handler())
 	t.Cleanup(b.srv.Close)
 	return b
 }

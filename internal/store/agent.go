@@ -277,23 +277,36 @@ func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]Dispat
 
 // LockForRelease is GetAllocationForUpdate for a release, in the same round trip: when the
 // allocation (as tenantID may see it) is still requested, its tasks no host has taken yet are
-// cancelled (they must never run: its slots go back to the pool), and leased reports whether
-// its provisioning task is already with its host (then the release goes through the host,
-// with a wipe).
-func (t *Tx) LockForRelease(ctx context.Context, id, tenantID string) (rec AllocationRecord, leased bool, err error) {
+// cancelled (they must never run: its slots go back to the pool), tasks are its tasks as
+// they stand after that (newest first, as allocTasksSQL reads them; none when it is not
+// requested), and leased reports whether its provisioning task is already with its host
+// (then the release goes through the host, with a wipe).
+func (t *Tx) LockForRelease(ctx context.Context, id, tenantID string) (rec AllocationRecord, tasks []TaskRecord, leased bool, err error) {
 	rec, err = getAllocationBatch(ctx, t.tx, id, tenantID, true, func(b *pgx.Batch) {
+		// The statement's snapshot is from before its own update: the cancelled tasks are
+		// returned as the update left them, the others as the snapshot has them.
 		b.Queue(`WITH a AS (SELECT id FROM allocations WHERE id = $1::uuid AND status = 'requested'
 					AND ($2::uuid IS NULL OR tenant_id = $2::uuid)),
 				cancelled AS (UPDATE node_tasks SET status = 'cancelled', error = 'allocation released before its host took the task',
 						updated_at = now(), completed_at = now()
-					WHERE allocation_id IN (SELECT id FROM a) AND status = 'queued' RETURNING 1)
-			SELECT EXISTS (SELECT 1 FROM node_tasks
-				WHERE allocation_id IN (SELECT id FROM a) AND type = 'slice.vm_provision' AND status = 'leased')`,
+					WHERE allocation_id IN (SELECT id FROM a) AND status = 'queued' RETURNING *)
+			SELECT `+allocTaskColumns+` FROM (
+				SELECT * FROM cancelled
+				UNION ALL
+				SELECT * FROM node_tasks WHERE allocation_id IN (SELECT id FROM a) AND id NOT IN (SELECT id FROM cancelled)) t
+			ORDER BY created_at DESC`,
 			uuidArg(id), optUUID(tenantID))
-	}, func(br pgx.BatchResults) error {
-		return translate(br.QueryRow().Scan(&leased))
+	}, func(br pgx.BatchResults) (err error) {
+		tasks, err = readTasks(br)
+		return err
 	})
-	return rec, leased, err
+	for _, tr := range tasks {
+		leased = leased || tr.Type == "slice.vm_provision" && tr.Status == "leased"
+	}
+	if len(tasks) > allocTasksShown {
+		tasks = tasks[:allocTasksShown]
+	}
+	return rec, tasks, leased, err
 }
 
 // CancelTask ends a leased task that must not run (its allocation is gone).

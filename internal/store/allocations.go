@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,8 +69,14 @@ func (s *Store) GetAllocationWithTasks(ctx context.Context, id, tenantID string)
 // allocTasksSQL reads an allocation's host tasks, newest first ($1: the allocation id), as
 // the allocation's view shows them: not their payloads (a provisioning plan is 2 KiB of JSON,
 // stored compressed) or outputs, which only hosts and the dispatcher read.
-const allocTasksSQL = `SELECT id::text, type, status, attempt, phases, error, created_at, schema_version
-	FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT 200`
+var allocTasksSQL = `SELECT ` + allocTaskColumns + `
+	FROM node_tasks WHERE allocation_id = $1::uuid ORDER BY created_at DESC LIMIT ` + strconv.Itoa(allocTasksShown)
+
+// allocTasksShown is how many of an allocation's tasks its view shows (the newest).
+const allocTasksShown = 200
+
+// allocTaskColumns are the fields of a node_tasks row readTasks reads.
+const allocTaskColumns = `id::text, type, status, attempt, phases, error, created_at, schema_version`
 
 // readTasks reads the result of allocTasksSQL queued in a batch: the tasks' ids, types,
 // states, attempts, phases, errors and creation times.
@@ -123,6 +131,14 @@ func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, loc
 
 // allocByIDSQL reads one allocation ($1) with its node name.
 const allocByIDSQL = `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`
+
+// insertedAllocColumns are allocColumns as an insert into allocations returns them (RETURNING:
+// the row as written, its node's name and simulated flag looked up by primary key).
+const insertedAllocColumns = `id::text, tenant_id::text, sku, capacity_shape, gpus_total, region, status,
+	placement_status, node_id::text, (SELECT n.name FROM nodes n WHERE n.id = allocations.node_id), profile_name,
+	resolved_profile, image_snapshot, price_snapshot, usage_snapshot, ssh_public_keys, failure_reason, request_hash,
+	created_at, active_at, releasing_at, released_at, (SELECT n.simulated FROM nodes n WHERE n.id = allocations.node_id),
+	coalesce(reservation_id::text, '')`
 
 // readAllocation reads the results of an allocation query and claimsSQL queued in a batch.
 func readAllocation(br pgx.BatchResults) (AllocationRecord, error) {
@@ -327,10 +343,13 @@ func (t *Tx) MarkProvisioning(ctx context.Context, ids []string) (map[string]str
 
 // CancelRequested releases an allocation that never reached its host, in one round trip:
 // requested -> released in one update (releasing_at = released_at), its slots back to available, its claims released, an
-// allocation.released outbox event and the audit record; it returns the allocation and its
-// tasks as written. It also commits the transaction in the same round trip: it must be the
+// allocation.released outbox event and the audit record. locked and tasks are the allocation
+// and its tasks as LockForRelease read them (locked); it returns them as written, from what
+// the updates return (the allocation's new state, the claims they released), without reading
+// them again. It also commits the transaction in the same round trip: it must be the
 // transaction's last statement (a statement after it fails).
-func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []string, at time.Time, audit AuditRecord) (AllocationRecord, []TaskRecord, error) {
+func (t *Tx) CancelRequested(ctx context.Context, locked AllocationRecord, tasks []TaskRecord, slotIDs []string, at time.Time, audit AuditRecord) (AllocationRecord, []TaskRecord, error) {
+	id := locked.ID
 	payload, err := json.Marshal(map[string]any{"allocation_id": id, "cancelled_before_provisioning": true})
 	if err != nil {
 		return AllocationRecord{}, nil, err
@@ -344,20 +363,61 @@ func (t *Tx) CancelRequested(ctx context.Context, id, nodeID string, slotIDs []s
 		b.Queue(`UPDATE node_resource_slots SET status = 'available', status_reason = '' WHERE id = ANY($1::uuid[])`, uuidsArg(slotIDs))
 	}
 	b.Queue(`UPDATE allocation_resource_claims SET status = 'released', released_at = $2
-		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed')`, id, at)
+		WHERE allocation_id = $1 AND status NOT IN ('released', 'failed') RETURNING id::text, status`, id, at)
 	b.Queue(`UPDATE allocations SET status = 'released', releasing_at = coalesce(releasing_at, $2), released_at = $2,
-		placement_status = 'released' WHERE id = $1`, id, at)
+		placement_status = 'released' WHERE id = $1
+		RETURNING status, placement_status, failure_reason, active_at, releasing_at, released_at`, id, at)
 	// Informational: no host has anything to do, so the event is recorded already dispatched.
 	b.Queue(`INSERT INTO outbox (topic, aggregate_id, node_id, payload, dispatched_at) VALUES ('allocation.released', $1, $2, $3, now())`,
-		id, nullIfEmpty(nodeID), payload)
+		id, nullIfEmpty(locked.NodeID), payload)
 	if err := queueAudit(b, audit); err != nil {
 		return AllocationRecord{}, nil, err
 	}
-	writes := b.Len()
-	b.Queue(allocByIDSQL, id)
-	b.Queue(claimsSQL, id)
-	b.Queue(allocTasksSQL, uuidArg(id))
-	return t.writeReadBack(ctx, b, writes, true, true)
+	queued := b.Len()
+	committing := t.tx.queueCommit(b)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	read := 1
+	if len(slotIDs) > 0 {
+		read++
+	}
+	for range read {
+		if _, err := br.Exec(); err != nil {
+			return AllocationRecord{}, nil, translate(err)
+		}
+	}
+	rec := locked
+	rec.Claims = slices.Clone(locked.Claims)
+	rows, err := br.Query()
+	if err != nil {
+		return AllocationRecord{}, nil, translate(err)
+	}
+	released := map[string]string{}
+	for rows.Next() {
+		var cid, st string
+		if err := rows.Scan(&cid, &st); err != nil {
+			rows.Close()
+			return AllocationRecord{}, nil, translate(err)
+		}
+		released[cid] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return AllocationRecord{}, nil, translate(err)
+	}
+	for i, c := range rec.Claims {
+		if st, ok := released[c.ID]; ok {
+			rec.Claims[i].Status = st
+		}
+	}
+	if err := br.QueryRow().Scan(&rec.Status, &rec.PlacementStatus, &rec.FailureReason, &rec.ActiveAt,
+		&rec.ReleasingAt, &rec.ReleasedAt); err != nil {
+		return AllocationRecord{}, nil, translate(err)
+	}
+	if err := t.endBatch(br, read+2, queued, committing); err != nil {
+		return AllocationRecord{}, nil, err
+	}
+	return rec, tasks, nil
 }
 
 // SetClaimsStatus moves every non-final claim of an allocation.

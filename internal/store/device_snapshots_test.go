@@ -187,7 +187,11 @@ func TestClaimRecordsItsSlotsDevicesOnce(t *testing.T) {
 	// A release writes no snapshot, and a second reservation of unchanged slots none either.
 	changes := snapshots() - before
 	err = b.st.InTx(ctx, func(tx *store.Tx) error {
-		_, _, err := tx.CancelRequested(ctx, rec.ID, b.nodeID, b.slotIDs[:2], time.Now(), store.AuditRecord{Actor: "test", Action: "allocation.cancel", TargetKind: "allocation", TargetID: rec.ID})
+		locked, tasks, _, err := tx.LockForRelease(ctx, rec.ID, "")
+		if err != nil {
+			return err
+		}
+		_, _, err = tx.CancelRequested(ctx, locked, tasks, b.slotIDs[:2], time.Now(), store.AuditRecord{Actor: "test", Action: "allocation.cancel", TargetKind: "allocation", TargetID: rec.ID})
 		return err
 	})
 	if err != nil {

@@ -777,7 +777,8 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
 			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at, reservation_id)
 		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
-			clock_timestamp(), clock_timestamp(), $17::uuid)`,
+			clock_timestamp(), clock_timestamp(), $17::uuid)
+		RETURNING `+insertedAllocColumns,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
 		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id, optUUID(a.ReservationID))
@@ -795,7 +796,8 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 				INSERT INTO outbox (topic, aggregate_id, node_id, payload, dispatched_at)
 				VALUES ('allocation.requested', $1, $2, $3, now()) RETURNING id)
 			INSERT INTO node_tasks (node_id, allocation_id, type, payload, not_after, outbox_id)
-			SELECT $2, $1, $4, $5, now() + make_interval(secs => $6::float8), ev.id FROM ev`,
+			SELECT $2, $1, $4, $5, now() + make_interval(secs => $6::float8), ev.id FROM ev
+			RETURNING `+allocTaskColumns,
 			id, a.NodeID, event, a.Task.Type, payload, a.Task.TTL.Seconds())
 	}
 	if a.Audit != nil {
@@ -805,14 +807,8 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 			return AllocationRecord{}, nil, err
 		}
 	}
-	writes := batch.Len()
-	batch.Queue(allocByIDSQL, id)
-	batch.Queue(claimsSQL, id)
-	if a.Task != nil {
-		batch.Queue(allocTasksSQL, uuidArg(id))
-	}
 	batch.Queue(`RELEASE SAVEPOINT gpuaas_insert`)
-	rec, tasks, err := t.writeReadBack(ctx, batch, writes, a.Task != nil, a.Commit)
+	rec, tasks, err := t.sendInsert(ctx, batch, a.Task != nil, a.Commit)
 	if err != nil {
 		if t.tx.committed { // the COMMIT itself failed: the transaction is gone
 			return AllocationRecord{}, nil, err
@@ -827,13 +823,14 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 }
 
 // claimsInsertSQL writes an allocation's claims and reserves their slots in one statement
-// (one execution instead of one per claim plus the slot update). The claims trigger still
-// checks each row (node exclusion, slot on node) and the slots trigger each transition; a
-// slot that is not available fails the whole statement. A slot claim records its devices as
-// its slot's current snapshot (the slot is locked, so it is the one LockAvailableSlots read),
-// and no copy once no controller of the previous release reads claims
-// (claims_snapshot_by_reference, migration 034): the claim's row stays small for its insert
-// and its status changes.
+// (one execution instead of one per claim plus the slot update), and returns the claims as
+// claimsSQL reads them (the rows it wrote, so the create's answer reads no claim back). The
+// claims trigger still checks each row (node exclusion, slot on node) and the slots trigger
+// each transition; a slot that is not available fails the whole statement. A slot claim
+// records its devices as its slot's current snapshot (the slot is locked, so it is the one
+// LockAvailableSlots read), and no copy once no controller of the previous release reads
+// claims (claims_snapshot_by_reference, migration 034): the claim's row stays small for its
+// insert and its status changes.
 const claimsInsertSQL = `WITH c AS (
 	INSERT INTO allocation_resource_claims (allocation_id, node_id, slot_id, claim_kind, fabric_vf_pci_address,
 		resource_snapshot, device_snapshot_id)
@@ -842,9 +839,12 @@ const claimsInsertSQL = `WITH c AS (
 		s.device_snapshot_id
 	FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[]) AS u(node_id, slot_id, kind, vf, snapshot)
 	LEFT JOIN node_resource_slots s ON s.id = nullif(u.slot_id, '')::uuid
-	RETURNING slot_id)
-UPDATE node_resource_slots SET status = 'reserved', status_reason = ''
-WHERE id IN (SELECT slot_id FROM c WHERE slot_id IS NOT NULL)`
+	RETURNING *),
+reserved AS ( -- data-modifying CTEs always run to completion, read or not
+	UPDATE node_resource_slots SET status = 'reserved', status_reason = ''
+	WHERE id IN (SELECT slot_id FROM c WHERE slot_id IS NOT NULL))
+SELECT ` + claimColumns + ` FROM c LEFT JOIN slot_device_snapshots d ON d.id = c.device_snapshot_id
+ORDER BY (` + claimSnapshot + `->>'slot_index')::int NULLS FIRST, c.id`
 
 // queueClaims queues claimsInsertSQL for claims and returns the claimed slot ids.
 func queueClaims(batch *pgx.Batch, allocID string, claims []NewClaim) []string {
@@ -870,46 +870,62 @@ func queueClaims(batch *pgx.Batch, allocID string, claims []NewClaim) []string {
 	return slotIDs
 }
 
-// writeReadBack runs a batch of writes statements followed by allocByIDSQL, claimsSQL and,
-// when withTasks, allocTasksSQL (then whatever else was queued, e.g. RELEASE SAVEPOINT), and
-// returns what was read back. With commit the batch also commits the transaction (see
-// txConn.queueCommit): the caller's last statement, nothing may run in the transaction after.
-func (t *Tx) writeReadBack(ctx context.Context, batch *pgx.Batch, writes int, withTasks, commit bool) (AllocationRecord, []TaskRecord, error) {
+// sendInsert sends InsertAllocationRecord's batch (SAVEPOINT; the allocation insert, which
+// returns the row as allocColumns reads it; the claims insert, which returns the claims as
+// claimsSQL reads them; the outbox event or, withTask, the event and the task, which returns
+// the task as allocTasksSQL reads it; then whatever else was queued) and returns what the
+// inserts returned: the allocation as a read right after the commit gives it, without reading
+// it again. With commit the batch also commits the transaction (see endBatch).
+func (t *Tx) sendInsert(ctx context.Context, batch *pgx.Batch, withTask, commit bool) (AllocationRecord, []TaskRecord, error) {
 	queued := batch.Len()
 	committing := commit && t.tx.queueCommit(batch)
 	br := t.tx.SendBatch(ctx, batch)
 	defer br.Close()
-	for range writes {
-		if _, err := br.Exec(); err != nil {
-			return AllocationRecord{}, nil, translate(err)
-		}
+	var rec AllocationRecord
+	if _, err := br.Exec(); err != nil { // SAVEPOINT
+		return rec, nil, translate(err)
 	}
-	rec, err := readAllocation(br)
+	if err := scanAlloc(br.QueryRow(), &rec); err != nil {
+		return rec, nil, translate(err)
+	}
+	rows, err := br.Query()
 	if err != nil {
+		return rec, nil, translate(err)
+	}
+	if rec.Claims, err = scanClaims(rows); err != nil {
 		return rec, nil, err
 	}
-	read := writes + 2
 	var tasks []TaskRecord
-	if withTasks {
-		if tasks, err = readTasks(br); err != nil {
-			return rec, nil, err
-		}
-		read++
+	if withTask {
+		tasks, err = readTasks(br)
+	} else {
+		_, err = br.Exec()
 	}
+	if err != nil {
+		return rec, nil, translate(err)
+	}
+	if err := t.endBatch(br, 4, queued, committing); err != nil {
+		return AllocationRecord{}, nil, err
+	}
+	return rec, tasks, nil
+}
+
+// endBatch reads the rest of a batch whose first read statements have been read, and reports
+// its outcome. When committing (txConn.queueCommit queued a COMMIT behind the queued
+// statements) the outcome is COMMIT's own answer (commitOutcome): the caller's last statement,
+// nothing may run in the transaction after.
+func (t *Tx) endBatch(br pgx.BatchResults, read, queued int, committing bool) error {
 	if !committing {
-		return rec, tasks, translate(br.Close())
+		return translate(br.Close())
 	}
 	for ; read < queued; read++ {
 		if _, err := br.Exec(); err != nil {
-			return rec, nil, translate(err)
+			return translate(err)
 		}
 	}
 	tag, err := br.Exec() // COMMIT: it ran, so the transaction is over whatever it answered
 	t.tx.committedBy()
-	if err := commitOutcome(tag, err, br.Close()); err != nil {
-		return rec, nil, err
-	}
-	return rec, tasks, nil
+	return commitOutcome(tag, err, br.Close())
 }
 
 // commitOutcome is the outcome of a batch whose last statement was COMMIT, from COMMIT's own
