@@ -20,10 +20,24 @@ type AllocationRecord struct {
 	RequestHash     string
 }
 
+// allocColumns reads an allocation from allocFrom. Its snapshots come from its snapshot row
+// (migration 035), or from its own columns when it has none (written before); the usage
+// snapshot from its own column once a re-placement wrote one there.
 const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,
-	a.placement_status, a.node_id::text, n.name, a.profile_name, a.resolved_profile, a.image_snapshot,
-	a.price_snapshot, a.usage_snapshot, a.ssh_public_keys, a.failure_reason, a.request_hash, a.created_at,
+	a.placement_status, a.node_id::text, n.name, a.profile_name, ` + allocSnapshotColumns + `,
+	a.failure_reason, a.request_hash, a.created_at,
 	a.active_at, a.releasing_at, a.released_at, n.simulated, coalesce(a.reservation_id::text, '')`
+
+// allocSnapshotColumns are the resolved profile, image, price and usage snapshots and the SSH
+// keys of allocation a with its snapshot row x (LEFT JOIN allocation_snapshots x ON
+// x.allocation_id = a.id).
+const allocSnapshotColumns = `coalesce(x.resolved_profile, a.resolved_profile), coalesce(x.image_snapshot, a.image_snapshot),
+	coalesce(x.price_snapshot, a.price_snapshot),
+	CASE WHEN a.usage_snapshot <> '{}' OR x.allocation_id IS NULL THEN a.usage_snapshot ELSE x.usage_snapshot END,
+	coalesce(x.ssh_public_keys, a.ssh_public_keys)`
+
+// allocFrom is the allocation a, its node n and its snapshot row x.
+const allocFrom = `allocations a JOIN nodes n ON n.id = a.node_id LEFT JOIN allocation_snapshots x ON x.allocation_id = a.id`
 
 func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string
@@ -122,7 +136,7 @@ func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, loc
 }
 
 // allocByIDSQL reads one allocation ($1) with its node name.
-const allocByIDSQL = `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`
+const allocByIDSQL = `SELECT ` + allocColumns + ` FROM ` + allocFrom + ` WHERE a.id = $1::uuid`
 
 // readAllocation reads the results of an allocation query and claimsSQL queued in a batch.
 func readAllocation(br pgx.BatchResults) (AllocationRecord, error) {
@@ -196,7 +210,7 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 		WHERE ($1::uuid IS NULL OR a.tenant_id = $1::uuid) AND ($2 = '' OR a.status = $2)
 		ORDER BY a.created_at DESC, a.id LIMIT $3`
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
+	b.Queue(`SELECT `+allocColumns+` FROM `+allocFrom+`
 		WHERE a.id IN (`+listed+`) ORDER BY a.created_at DESC, a.id`, optUUID(f.TenantID), f.Status, f.Limit)
 	b.Queue(`SELECT c.allocation_id::text, `+claimColumns+` FROM `+claimsFrom+`
 		WHERE c.allocation_id IN (`+listed+`)

@@ -744,6 +744,26 @@ type NewClaim struct {
 	Snapshot json.RawMessage // a claim without a slot: its resource snapshot ("{}" when empty); a slot claim records its slot's stored one
 }
 
+// allocationInsertSQL writes an allocation and, in the same statement, its snapshot row: the
+// resolved profile, image, price and usage snapshots and the SSH keys, which no status change
+// rewrites (migration 035). The allocation's own columns for them stay at their defaults once
+// no controller of the previous release reads them (allocation_snapshots_apart); until then
+// they carry the same content. The snapshot row's foreign key is checked at the end of the
+// statement, when the allocation row is in.
+const allocationInsertSQL = `WITH x AS (
+		INSERT INTO allocation_snapshots (allocation_id, resolved_profile, image_snapshot, price_snapshot, usage_snapshot, ssh_public_keys)
+		VALUES ($16, $8, $10, $11, $12, $13)),
+	sw AS (SELECT allocation_snapshots_apart() AS apart)
+	INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
+		profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
+		ssh_public_keys, idempotency_key, request_hash, created_at, updated_at, reservation_id)
+	SELECT $16::uuid, $1::uuid, $2::text, $3::text, $4::int, coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6::uuid)), $6::uuid, $7::text,
+		CASE WHEN sw.apart THEN '{}' ELSE $8::jsonb END, $9::uuid, CASE WHEN sw.apart THEN '{}' ELSE $10::jsonb END,
+		CASE WHEN sw.apart THEN '{}' ELSE $11::jsonb END, CASE WHEN sw.apart THEN '{}' ELSE $12::jsonb END,
+		CASE WHEN sw.apart THEN '{}' ELSE $13::text[] END, $14::text, $15::text,
+		clock_timestamp(), clock_timestamp(), $17::uuid
+	FROM sw`
+
 // InsertAllocation writes the allocation, its claims, marks claimed slots reserved and
 // queues the outbox event, all in the caller's transaction.
 func (t *Tx) InsertAllocation(ctx context.Context, a NewAllocation, claims []NewClaim) (string, error) {
@@ -773,11 +793,7 @@ func (t *Tx) InsertAllocationRecord(ctx context.Context, a NewAllocation, claims
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(`SAVEPOINT gpuaas_insert`)
-	batch.Queue(`INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
-			profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
-			ssh_public_keys, idempotency_key, request_hash, created_at, updated_at, reservation_id)
-		VALUES ($16,$1,$2,$3,$4,coalesce(nullif($5::text, ''), (SELECT region FROM nodes WHERE id = $6)),$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,
-			clock_timestamp(), clock_timestamp(), $17::uuid)`,
+	batch.Queue(allocationInsertSQL,
 		a.TenantID, a.SKU, a.CapacityShape, a.GPUs, a.Region, a.NodeID, a.ProfileName, js(a.ResolvedProfile),
 		nullIfEmpty(a.OSImageID), js(a.ImageSnapshot), js(a.PriceSnapshot), js(a.UsageSnapshot), a.SSHPublicKeys,
 		nullIfEmpty(a.IdempotencyKey), a.RequestHash, id, optUUID(a.ReservationID))
@@ -939,7 +955,9 @@ func (t *Tx) AllocationByIdempotencyKey(ctx context.Context, tenantID, key strin
 
 // Replace moves a provisioning allocation to a new placement: new claims (their slots
 // reserved), node and usage snapshot updated, status back to requested, and a new
-// allocation.requested event. The caller has released the old claims.
+// allocation.requested event. The caller has released the old claims. The new usage snapshot
+// goes into the allocation's own column, which readers take over its snapshot row's (a
+// snapshot row is never changed).
 func (t *Tx) Replace(ctx context.Context, allocID, nodeID string, usage any, claims []NewClaim) error {
 	b, _ := json.Marshal(usage)
 	if _, err := t.tx.Exec(ctx, `UPDATE allocations SET status = 'requested', node_id = $2, usage_snapshot = $3 WHERE id = $1`,
