@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -110,15 +111,35 @@ func TestAllocationStatusChangesLeaveItsSnapshotsAlone(t *testing.T) {
 	wantSnapshots(t, "after its status changes", got, na)
 	wantSnapshots(t, "as the create read it back", rec, na)
 
-	for _, q := range []string{`UPDATE allocation_snapshots SET price_snapshot = '{}' WHERE allocation_id = $1`,
-		`DELETE FROM allocation_snapshots WHERE allocation_id = $1`} {
+	for _, q := range []string{`UPDATE allocation_snapshots SET usage_snapshot = '{}' WHERE allocation_id = $1`,
+		`DELETE FROM allocation_snapshots WHERE allocation_id = $1`,
+		`UPDATE allocation_terms SET price_snapshot = '{}' WHERE id = (SELECT terms_id FROM allocation_snapshots WHERE allocation_id = $1)`,
+		`DELETE FROM allocation_terms WHERE id = (SELECT terms_id FROM allocation_snapshots WHERE allocation_id = $1)`} {
 		if _, err := b.conn.Exec(ctx, q, rec.ID); err == nil || !strings.Contains(err.Error(), "never changed or removed") {
 			t.Fatalf("%s: %v; want it refused", q, err)
 		}
 	}
-	if _, err := b.conn.Exec(ctx, `INSERT INTO allocation_snapshots (allocation_id, price_snapshot) VALUES (gen_random_uuid(), '{}')`); err == nil {
+	if _, err := b.conn.Exec(ctx, `INSERT INTO allocation_snapshots (allocation_id, terms_id)
+		SELECT gen_random_uuid(), terms_id FROM allocation_snapshots WHERE allocation_id = $1`, rec.ID); err == nil {
 		t.Fatal("a snapshot row of no allocation was written")
 	}
+
+	// The profile, image and price are stored once per content: a second allocation of the
+	// same terms writes a snapshot row of its usage basis and keys only.
+	terms := b.count(t, `SELECT count(*) FROM allocation_terms`)
+	second := allocationContent(b, b.slotIDs[2:4])
+	rec2 := b.create(t, second, b.slotIDs[2:4])
+	if n := b.count(t, `SELECT count(*) FROM allocation_terms`); n != terms {
+		t.Fatalf("%d terms rows after a second allocation of the same terms; want %d", n, terms)
+	}
+	if n := b.count(t, `SELECT pg_column_size(x.*) FROM allocation_snapshots x WHERE allocation_id = $1`, rec2.ID); n > 700 {
+		t.Fatalf("the second allocation's snapshot row is %d bytes: it carries its terms", n)
+	}
+	got2, err := b.st.GetAllocation(ctx, rec2.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSnapshots(t, "the second allocation of the same terms", got2, second)
 }
 
 // wantSnapshots fails unless rec reads the write-once content na was created with.
@@ -262,5 +283,71 @@ func TestAllocationsReadTheSameWhereverTheirSnapshotsAre(t *testing.T) {
 	bad, err := b.st.Invariants(ctx)
 	if err != nil || !strings.Contains(strings.Join(bad, "\n"), "snapshot columns differ from its snapshot row: "+off.ID) {
 		t.Fatalf("invariants %v (%v): want the allocation whose price differs reported", bad, err)
+	}
+}
+
+// Two creates of the same new terms at once: the second waits for the first's row and, once
+// the first commits, uses it (no error, no second row); when the first rolls back, the second
+// writes its own.
+func TestConcurrentCreatesShareNewTerms(t *testing.T) {
+	_, url := open(t)
+	ctx := context.Background()
+	for _, firstCommits := range []bool{true, false} {
+		price := fmt.Sprintf(`{"gpu_hourly_price_minor": %d}`, map[bool]int{true: 1, false: 2}[firstCommits])
+		c1, c2 := connect(t, url), connect(t, url)
+		tx1, err := c1.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first int64
+		if err := tx1.QueryRow(ctx, `SELECT allocation_terms_id('{"name": "p"}', '{"slug": "i"}', $1)`, price).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		var pid2 int
+		if err := c2.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid2); err != nil {
+			t.Fatal(err)
+		}
+		type answer struct {
+			id  int64
+			err error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			var a answer
+			a.err = c2.QueryRow(ctx, `SELECT allocation_terms_id('{"name": "p"}', '{"slug": "i"}', $1)`, price).Scan(&a.id)
+			done <- a
+		}()
+		waitUntil(t, "the second create to wait for the first's terms", func() bool {
+			var waiting bool
+			_ = c1.QueryRow(ctx, `SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1`, pid2).Scan(&waiting)
+			return waiting
+		})
+		if firstCommits {
+			err = tx1.Commit(ctx)
+		} else {
+			err = tx1.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := <-done
+		if a.err != nil || (firstCommits && a.id != first) || (!firstCommits && a.id == first) {
+			t.Fatalf("first commits %v: the second create got terms %d (%v); the first's were %d", firstCommits, a.id, a.err, first)
+		}
+		var rows int
+		if err := c1.QueryRow(ctx, `SELECT count(*) FROM allocation_terms WHERE price_snapshot = $1::jsonb`, price).Scan(&rows); err != nil || rows != 1 {
+			t.Fatalf("first commits %v: %d terms rows of one content (%v)", firstCommits, rows, err)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after a deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another session's state; the deadline bounds it
 	}
 }

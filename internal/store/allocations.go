@@ -29,15 +29,18 @@ const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.
 	a.active_at, a.releasing_at, a.released_at, n.simulated, coalesce(a.reservation_id::text, '')`
 
 // allocSnapshotColumns are the resolved profile, image, price and usage snapshots and the SSH
-// keys of allocation a with its snapshot row x (LEFT JOIN allocation_snapshots x ON
-// x.allocation_id = a.id).
-const allocSnapshotColumns = `coalesce(x.resolved_profile, a.resolved_profile), coalesce(x.image_snapshot, a.image_snapshot),
-	coalesce(x.price_snapshot, a.price_snapshot),
+// keys of allocation a with its snapshot row x and terms t (see allocFrom).
+const allocSnapshotColumns = `coalesce(t.resolved_profile, a.resolved_profile), coalesce(t.image_snapshot, a.image_snapshot),
+	coalesce(t.price_snapshot, a.price_snapshot),
 	CASE WHEN a.usage_snapshot <> '{}' OR x.allocation_id IS NULL THEN a.usage_snapshot ELSE x.usage_snapshot END,
 	coalesce(x.ssh_public_keys, a.ssh_public_keys)`
 
-// allocFrom is the allocation a, its node n and its snapshot row x.
-const allocFrom = `allocations a JOIN nodes n ON n.id = a.node_id LEFT JOIN allocation_snapshots x ON x.allocation_id = a.id`
+// allocSnapshotsJoin joins allocation a's snapshot row x and its terms t (none for an
+// allocation written before migration 035).
+const allocSnapshotsJoin = `LEFT JOIN allocation_snapshots x ON x.allocation_id = a.id LEFT JOIN allocation_terms t ON t.id = x.terms_id`
+
+// allocFrom is the allocation a, its node n, its snapshot row x and its terms t.
+const allocFrom = `allocations a JOIN nodes n ON n.id = a.node_id ` + allocSnapshotsJoin
 
 func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string

@@ -744,15 +744,16 @@ type NewClaim struct {
 	Snapshot json.RawMessage // a claim without a slot: its resource snapshot ("{}" when empty); a slot claim records its slot's stored one
 }
 
-// allocationInsertSQL writes an allocation and, in the same statement, its snapshot row: the
-// resolved profile, image, price and usage snapshots and the SSH keys, which no status change
-// rewrites (migration 035). The allocation's own columns for them stay at their defaults once
-// no controller of the previous release reads them (allocation_snapshots_apart); until then
-// they carry the same content. The snapshot row's foreign key is checked at the end of the
-// statement, when the allocation row is in.
+// allocationInsertSQL writes an allocation and, in the same statement, its snapshot row: its
+// terms (the resolved profile, image and price snapshots, stored once per distinct content),
+// usage snapshot and SSH keys, which no status change rewrites (migration 035). The
+// allocation's own columns for them stay at their defaults once no controller of the previous
+// release reads them (allocation_snapshots_apart); until then they carry the same content.
+// The snapshot row's foreign key is checked at the end of the statement, when the allocation
+// row is in.
 const allocationInsertSQL = `WITH x AS (
-		INSERT INTO allocation_snapshots (allocation_id, resolved_profile, image_snapshot, price_snapshot, usage_snapshot, ssh_public_keys)
-		VALUES ($16, $8, $10, $11, $12, $13)),
+		INSERT INTO allocation_snapshots (allocation_id, terms_id, usage_snapshot, ssh_public_keys)
+		VALUES ($16, allocation_terms_id($8, $10, $11), $12, $13)),
 	sw AS (SELECT allocation_snapshots_apart() AS apart)
 	INSERT INTO allocations (id, tenant_id, sku, capacity_shape, gpus_total, region, node_id,
 		profile_name, resolved_profile, os_image_id, image_snapshot, price_snapshot, usage_snapshot,
