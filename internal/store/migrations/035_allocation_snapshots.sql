@@ -1,15 +1,15 @@
 -- An allocation records, at create, what the tenant asked for and was given: the resolved VM
--- profile, the image, the price, the usage basis and the SSH keys (about 1.1 KiB of the
--- allocation's 1.3 KiB row). None of it changes with the allocation's status, but every status
+-- profile, the image, the price, the usage basis and the SSH keys (most of the allocation's
+-- 1.3-1.7 KiB row). None of it changes with the allocation's status, but every status
 -- change rewrote it: the allocation's updates cannot be HOT (the live-by-node index has the
--- status in its predicate), and the status (7th column) and the status times (24th-26th)
+-- status in its predicate), and the status (7th column) and the status times (22nd-24th)
 -- span the snapshots, so each update logged the whole row again.
 --
 -- The record now lives apart from the allocation's row, written by the same statement as the
 -- allocation and never changed; a status change rewrites a row of about 0.3 KiB:
 -- - allocation_terms holds a resolved profile, image and price once per distinct content (every
---   allocation of one SKU, profile and image has the same; the image snapshot alone is about
---   0.7 KiB), found by the digest of the three;
+--   allocation of one SKU, profile and image has the same: about 1 KiB), found by the digest
+--   of the three;
 -- - allocation_snapshots holds, one row per allocation, its terms and what is its own: the
 --   usage basis (its node and slots) and the SSH keys.
 -- Allocations written before keep their own columns (no snapshot row); readers take
