@@ -52,17 +52,24 @@ INSERT INTO schema_switches (name, enabled)
     SELECT 'allocation_snapshots_apart', NOT EXISTS (SELECT 1 FROM nodes);
 
 -- Whether new allocations leave their snapshot columns at their defaults (no controller of
--- the previous release reads them).
+-- the previous release reads them). The create's statement reads the row itself: a SQL
+-- function whose body holds a subquery is not inlined, and each call plans it again.
 CREATE FUNCTION allocation_snapshots_apart() RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT enabled FROM schema_switches WHERE name = 'allocation_snapshots_apart'), false)
 $$;
 
+-- The digest that finds a content's terms row (an expression, inlined where it is used).
+CREATE FUNCTION allocation_terms_digest(profile jsonb, image jsonb, price jsonb) RETURNS bytea LANGUAGE sql STABLE AS $$
+    SELECT sha256(convert_to(profile::text || E'\n' || image::text || E'\n' || price::text, 'UTF8'))
+$$;
+
 -- The terms row of this content: the existing one, or a new one. Each statement reads a fresh
 -- snapshot (read committed), so a row another create committed while this one waited on its
--- digest is found by the second look.
+-- digest is found by the second look. The create's statement looks the digest up itself
+-- first and calls this only for terms it does not find.
 CREATE FUNCTION allocation_terms_id(profile jsonb, image jsonb, price jsonb) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-    d bytea := sha256(convert_to(profile::text || E'\n' || image::text || E'\n' || price::text, 'UTF8'));
+    d bytea := allocation_terms_digest(profile, image, price);
     found_id bigint;
 BEGIN
     SELECT id INTO found_id FROM allocation_terms WHERE digest = d;
@@ -119,5 +126,5 @@ UPDATE allocations a SET resolved_profile = t.resolved_profile, image_snapshot =
 DROP TABLE IF EXISTS allocation_snapshots;
 DROP TABLE IF EXISTS allocation_terms;
 DROP FUNCTION IF EXISTS allocation_snapshots_append_only(), allocation_snapshots_apart(),
-    allocation_terms_id(jsonb, jsonb, jsonb);
+    allocation_terms_id(jsonb, jsonb, jsonb), allocation_terms_digest(jsonb, jsonb, jsonb);
 DELETE FROM schema_switches WHERE name = 'allocation_snapshots_apart';
