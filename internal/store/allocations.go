@@ -20,9 +20,9 @@ type AllocationRecord struct {
 	RequestHash     string
 }
 
-// allocColumns reads an allocation from allocFrom. Its snapshots come from its snapshot row
-// (migration 035), or from its own columns when it has none (written before); the usage
-// snapshot from its own column once a re-placement wrote one there.
+// allocColumns reads an allocation from allocFrom. Its snapshots come from its terms and
+// snapshot row (migration 035), or from its own columns when it has none (written before); the
+// usage snapshot from its own column once a re-placement wrote one there.
 const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,
 	a.placement_status, a.node_id::text, n.name, a.profile_name, ` + allocSnapshotColumns + `,
 	a.failure_reason, a.request_hash, a.created_at,
