@@ -56,8 +56,9 @@ func (b *testBundle) allocImageNode(id string) (string, string, string) {
 	}
 	defer conn.Close(b.ctx)
 	var slug, snap, node string
-	if err := conn.QueryRow(b.ctx, `SELECT i.slug, a.image_snapshot->>'slug', a.node_id::text FROM allocations a
-		JOIN os_images i ON i.id = a.os_image_id WHERE a.id = $1`, id).Scan(&slug, &snap, &node); err != nil {
+	if err := conn.QueryRow(b.ctx, `SELECT i.slug, coalesce(t.image_snapshot, a.image_snapshot)->>'slug', a.node_id::text FROM allocations a
+		JOIN os_images i ON i.id = a.os_image_id LEFT JOIN allocation_snapshots x ON x.allocation_id = a.id
+		LEFT JOIN allocation_terms t ON t.id = x.terms_id WHERE a.id = $1`, id).Scan(&slug, &snap, &node); err != nil {
 		b.t.Fatal(err)
 	}
 	return slug, snap, node

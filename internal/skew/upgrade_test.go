@@ -2,6 +2,7 @@ package skew
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,15 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	// by this release carries it while the previous release may run.
 	if a, err := only(p.B.Server).GetAllocation(p.ctx, newA); err != nil || len(a.Claims) == 0 || a.Claims[0].PrivateIP == "" || a.Claims[0].SlotIndex == nil {
 		t.Fatalf("the previous release reads allocation %s made by this release with claims %+v (%v): want their devices (a tenant sees the private IP)", newA, a.Claims, err)
+	}
+	// It reads the allocation's profile, image and price from the allocation's own columns:
+	// this release fills them as well as the snapshot row while the previous release may run.
+	old, errB := only(p.B.Server).GetAllocation(p.ctx, newA)
+	cur, errA := only(p.A.Server).GetAllocation(p.ctx, newA)
+	if errA != nil || errB != nil || cur.Profile.Name == "" || cur.Image == nil || cur.Price.Currency == "" ||
+		!reflect.DeepEqual(old.Profile, cur.Profile) || !reflect.DeepEqual(old.Image, cur.Image) || old.Price != cur.Price {
+		t.Fatalf("allocation %s made by this release: the previous release reads profile %+v, image %+v, price %+v (%v); this release %+v, %+v, %+v (%v)",
+			newA, old.Profile, old.Image, old.Price, errB, cur.Profile, cur.Image, cur.Price, errA)
 	}
 	l.progress(t, "with A new and B "+oldVersion+" on the migrated schema", 3)
 

@@ -258,12 +258,13 @@ type DispatchInfo struct {
 func (t *Tx) DispatchInfos(ctx context.Context, ids []string) (map[string]DispatchInfo, error) {
 	rows, err := queryAll(ctx, t.tx, func(r pgx.Row, d *DispatchInfo) error {
 		return r.Scan(&d.ID, &d.NodeID, &d.CapacityShape, &d.Status, &d.ResolvedProfile, &d.ImageSnapshot, &d.SSHPublicKeys, &d.Snapshots)
-	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.status, a.resolved_profile, a.image_snapshot, a.ssh_public_keys,
+	}, `SELECT a.id::text, a.node_id::text, a.capacity_shape, a.status, coalesce(t.resolved_profile, a.resolved_profile),
+			coalesce(t.image_snapshot, a.image_snapshot), coalesce(x.ssh_public_keys, a.ssh_public_keys),
 			coalesce((SELECT array_agg(`+claimSnapshot+` ORDER BY (`+claimSnapshot+`->>'slot_index')::int)
 			          FROM `+claimsFrom+`
 			          WHERE c.allocation_id = a.id AND c.claim_kind = 'slot'
 			            AND c.status <> 'released'), '{}') -- claims given up by a re-placement are not the plan
-		FROM allocations a WHERE a.id = ANY($1::uuid[])
+		FROM allocations a `+allocSnapshotsJoin+` WHERE a.id = ANY($1::uuid[])
 		FOR SHARE OF a -- a concurrent cancel waits for the task to exist, or this sees it cancelled`, uuidsArg(ids))
 	if err != nil {
 		return nil, err

@@ -22,10 +22,27 @@ type AllocationRecord struct {
 	RequestHash     string
 }
 
+// allocColumns reads an allocation from allocFrom. Its snapshots come from its terms and
+// snapshot row (migration 035), or from its own columns when it has none (written before); the
+// usage snapshot from its own column once a re-placement wrote one there.
 const allocColumns = `a.id::text, a.tenant_id::text, a.sku, a.capacity_shape, a.gpus_total, a.region, a.status,
-	a.placement_status, a.node_id::text, n.name, a.profile_name, a.resolved_profile, a.image_snapshot,
-	a.price_snapshot, a.usage_snapshot, a.ssh_public_keys, a.failure_reason, a.request_hash, a.created_at,
+	a.placement_status, a.node_id::text, n.name, a.profile_name, ` + allocSnapshotColumns + `,
+	a.failure_reason, a.request_hash, a.created_at,
 	a.active_at, a.releasing_at, a.released_at, n.simulated, coalesce(a.reservation_id::text, '')`
+
+// allocSnapshotColumns are the resolved profile, image, price and usage snapshots and the SSH
+// keys of allocation a with its snapshot row x and terms t (see allocFrom).
+const allocSnapshotColumns = `coalesce(t.resolved_profile, a.resolved_profile), coalesce(t.image_snapshot, a.image_snapshot),
+	coalesce(t.price_snapshot, a.price_snapshot),
+	CASE WHEN a.usage_snapshot <> '{}' OR x.allocation_id IS NULL THEN a.usage_snapshot ELSE x.usage_snapshot END,
+	coalesce(x.ssh_public_keys, a.ssh_public_keys)`
+
+// allocSnapshotsJoin joins allocation a's snapshot row x and its terms t (none for an
+// allocation written before migration 035).
+const allocSnapshotsJoin = `LEFT JOIN allocation_snapshots x ON x.allocation_id = a.id LEFT JOIN allocation_terms t ON t.id = x.terms_id`
+
+// allocFrom is the allocation a, its node n, its snapshot row x and its terms t.
+const allocFrom = `allocations a JOIN nodes n ON n.id = a.node_id ` + allocSnapshotsJoin
 
 func scanAlloc(row pgx.Row, a *AllocationRecord) error {
 	var profileName string
@@ -130,13 +147,15 @@ func getAllocationBatch(ctx context.Context, q querier, id, tenantID string, loc
 }
 
 // allocByIDSQL reads one allocation ($1) with its node name.
-const allocByIDSQL = `SELECT ` + allocColumns + ` FROM allocations a JOIN nodes n ON n.id = a.node_id WHERE a.id = $1::uuid`
+const allocByIDSQL = `SELECT ` + allocColumns + ` FROM ` + allocFrom + ` WHERE a.id = $1::uuid`
 
-// insertedAllocColumns are allocColumns as an insert into allocations returns them (RETURNING:
-// the row as written, its node's name and simulated flag looked up by primary key).
+// insertedAllocColumns are allocColumns as allocationInsertSQL returns them (RETURNING: the row
+// as written, its node's name and simulated flag looked up by primary key). The snapshots are
+// the statement's own parameters ($8, $10-$13), cast as their columns are: once they live in
+// the allocation's snapshot row (migration 035) the allocation's columns keep their defaults.
 const insertedAllocColumns = `id::text, tenant_id::text, sku, capacity_shape, gpus_total, region, status,
 	placement_status, node_id::text, (SELECT n.name FROM nodes n WHERE n.id = allocations.node_id), profile_name,
-	resolved_profile, image_snapshot, price_snapshot, usage_snapshot, ssh_public_keys, failure_reason, request_hash,
+	$8::jsonb, $10::jsonb, $11::jsonb, $12::jsonb, $13::text[], failure_reason, request_hash,
 	created_at, active_at, releasing_at, released_at, (SELECT n.simulated FROM nodes n WHERE n.id = allocations.node_id),
 	coalesce(reservation_id::text, '')`
 
@@ -212,7 +231,7 @@ func (s *Store) ListAllocations(ctx context.Context, f AllocationFilter) ([]Allo
 		WHERE ($1::uuid IS NULL OR a.tenant_id = $1::uuid) AND ($2 = '' OR a.status = $2)
 		ORDER BY a.created_at DESC, a.id LIMIT $3`
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+allocColumns+` FROM allocations a JOIN nodes n ON n.id = a.node_id
+	b.Queue(`SELECT `+allocColumns+` FROM `+allocFrom+`
 		WHERE a.id IN (`+listed+`) ORDER BY a.created_at DESC, a.id`, optUUID(f.TenantID), f.Status, f.Limit)
 	b.Queue(`SELECT c.allocation_id::text, `+claimColumns+` FROM `+claimsFrom+`
 		WHERE c.allocation_id IN (`+listed+`)

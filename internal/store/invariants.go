@@ -85,6 +85,12 @@ func (s *Store) InvariantsWithin(ctx context.Context, d Deadlines) ([]string, er
 		{"slot claim recording another slot's devices", `SELECT c.id::text FROM allocation_resource_claims c
 			JOIN slot_device_snapshots d ON d.id = c.device_snapshot_id
 			WHERE d.slot_id IS DISTINCT FROM c.slot_id`, nil},
+		// While allocation_snapshots_apart is off (migration 035) a new allocation's record is in
+		// both places, and the previous release reads its own columns: they must say the same.
+		{"allocation whose own snapshot columns differ from its snapshot row", `SELECT a.id::text FROM allocations a
+			JOIN allocation_snapshots x ON x.allocation_id = a.id JOIN allocation_terms t ON t.id = x.terms_id
+			WHERE a.price_snapshot <> '{}' AND (a.resolved_profile, a.image_snapshot, a.price_snapshot, a.ssh_public_keys)
+				IS DISTINCT FROM (t.resolved_profile, t.image_snapshot, t.price_snapshot, x.ssh_public_keys)`, nil},
 	}
 	if d.Provision > 0 {
 		checks = append(checks, check{"allocation neither active nor ended within the provisioning deadline", `SELECT id::text || ' ' || status || ' since ' || created_at::text

@@ -24,7 +24,7 @@ import (
 )
 
 // tables are the tables a create+release pair writes.
-var tables = []string{"node_resource_slots", "allocations", "allocation_resource_claims", "events", "outbox", "audit_log", "node_tasks", "node_capacity_dirty"}
+var tables = []string{"node_resource_slots", "allocations", "allocation_snapshots", "allocation_terms", "allocation_resource_claims", "events", "outbox", "audit_log", "node_tasks", "node_capacity_dirty"}
 
 func main() {
 	bin := flag.String("bin", "bin", "directory holding gpuaas-controller")
