@@ -191,7 +191,7 @@ func migrateFS(ctx context.Context, connString string, fsys fs.FS, versionTable 
 // it again resolves: a deadlock, a serialization failure, or a lock not granted in time.
 func lockConflict(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03")
+	return isRetryable(err) || errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // NewID is a new allocation id: a UUIDv7, time-ordered like the database's default for the
